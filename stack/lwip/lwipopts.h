@@ -1,0 +1,125 @@
+/* lwIP configuration for xdpfwd: NO_SYS, TCP over IPv4 only, driven by one busy-polling
+ * worker. ARP, ICMP and routing stay with the kernel (DESIGN.md), so lwIP only does TCP.
+ * Numbers here are a first cut for a relay; the stack issue measures and tunes them. */
+#ifndef XDPFWD_LWIPOPTS_H
+#define XDPFWD_LWIPOPTS_H
+
+/* ---- threading and OS ---- */
+#define NO_SYS 1                 /* one lwIP per worker process, no locks, no threads */
+#define SYS_LIGHTWEIGHT_PROT 0
+#define LWIP_TIMERS 1            /* sys_check_timeouts() from the worker loop */
+#define LWIP_NETCONN 0
+#define LWIP_SOCKET 0
+/* C++ code includes <arpa/inet.h>; lwIP must not define htons()/ntohs() macros over it. */
+#define LWIP_DONT_PROVIDE_BYTEORDER_FUNCTIONS 1
+
+/* ---- protocols: the kernel keeps ARP, ICMP, UDP, IPv6 and DHCP ---- */
+#define LWIP_IPV4 1
+#define LWIP_IPV6 0
+#define LWIP_ARP 0               /* next-hop MACs come from the kernel's neighbour table */
+#define LWIP_ETHERNET 1
+#define LWIP_ICMP 0
+#define LWIP_RAW 0
+#define LWIP_UDP 0
+#define LWIP_DHCP 0
+#define LWIP_AUTOIP 0
+#define LWIP_IGMP 0
+#define LWIP_DNS 0
+#define IP_REASSEMBLY 0          /* XDP passes fragments to the kernel */
+#define IP_FRAG 0                /* TCP segments are sized to the MTU; nothing to fragment */
+#define LWIP_SINGLE_NETIF 0      /* one netif per interface (client side, backend side) */
+#define LWIP_NETIF_STATUS_CALLBACK 0
+#define LWIP_NETIF_LINK_CALLBACK 0
+
+/* Checksums are checked per interface at run time: a veth peer hands over frames with only the
+ * pseudo-header sum (CHECKSUM_PARTIAL), a real NIC must not have corrupt frames accepted. */
+#define LWIP_CHECKSUM_CTRL_PER_NETIF 1
+
+/* ---- memory: static pools, no malloc on the data path ---- */
+#define MEM_LIBC_MALLOC 0
+#define MEMP_MEM_MALLOC 0
+#define MEM_ALIGNMENT 8
+#define MEM_SIZE (16 * 1024 * 1024)  /* heap for PBUF_RAM: copied TX data and headers */
+#define MEMP_NUM_PBUF 8192           /* PBUF_REF/ROM: zero-copy tcp_write of received data */
+#define PBUF_POOL_SIZE 256           /* RX uses custom pbufs over UMEM frames instead */
+#define PBUF_POOL_BUFSIZE 2048
+#define MEMP_NUM_TCP_PCB 8192
+#define MEMP_NUM_TCP_PCB_LISTEN 64
+#define MEMP_NUM_TCP_SEG 32768       /* one pool shared by every connection's queues */
+#define MEMP_NUM_SYS_TIMEOUT 8
+#define MEMP_NUM_REASSDATA 0
+#define MEMP_NUM_FRAG_PBUF 0
+
+/* ---- TCP ---- */
+#define LWIP_TCP 1
+#define TCP_MSS 8960                 /* upper bound; the effective MSS follows each netif's MTU */
+#define TCP_CALCULATE_EFF_SEND_MSS 1
+#define LWIP_WND_SCALE 1
+#define TCP_RCV_SCALE 7              /* 65535 << 7: windows up to 8 MiB */
+#define TCP_WND (1024 * 1024)
+#define TCP_SND_BUF (1024 * 1024)
+/* lwIP defaults TCP_SNDLOWAT from TCP_SND_BUF, which overflows its u16 above ~120 KiB. */
+#define TCP_SNDLOWAT (16 * 1024)
+#define TCP_SND_QUEUELEN 4096        /* segments per pcb: TCP_SND_BUF at the 1460-byte MSS */
+#define TCP_SNDQUEUELOWAT 2048
+#define TCP_QUEUE_OOSEQ 1
+#define LWIP_TCP_SACK_OUT 1
+#define LWIP_TCP_MAX_SACK_NUM 4
+#define TCP_OVERSIZE TCP_MSS
+#define LWIP_TCP_TIMESTAMPS 0
+#define TCP_LISTEN_BACKLOG 1
+#define TCP_DEFAULT_LISTEN_BACKLOG 255
+/* lwIP ticks its fast timer (delayed ACKs, refused data) every TCP_TMR_INTERVAL and its slow
+ * timer (RTO, TIME_WAIT) every two. 250 ms is far too coarse for a relay on a LAN. */
+#define TCP_TMR_INTERVAL 10
+/* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
+ * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
+#define TCP_LOCAL_PORT_RANGE_START 61000
+#define TCP_LOCAL_PORT_RANGE_END 65535
+#define LWIP_RANDOMIZE_INITIAL_LOCAL_PORTS 0
+#define TCP_ENSURE_LOCAL_PORT_RANGE(port) \
+  ((u16_t)(TCP_LOCAL_PORT_RANGE_START +   \
+           ((port) % (TCP_LOCAL_PORT_RANGE_END - TCP_LOCAL_PORT_RANGE_START + 1))))
+
+/* ---- hooks: random initial sequence numbers (RFC 6528) ---- */
+#define LWIP_HOOK_FILENAME "xdpfwd_lwip_hooks.h"
+#define LWIP_HOOK_TCP_ISN(local_ip, local_port, remote_ip, remote_port) \
+  xdpfwd_tcp_isn((local_ip), (local_port), (remote_ip), (remote_port))
+
+/* ---- statistics: counters and leak checks read these ---- */
+#define LWIP_STATS 1
+#define LWIP_STATS_DISPLAY 0
+#define MEM_STATS 1
+#define MEMP_STATS 1
+#define TCP_STATS 1
+#define IP_STATS 1
+#define LINK_STATS 1
+#define ETHARP_STATS 0
+#define ICMP_STATS 0
+#define UDP_STATS 0
+#define SYS_STATS 0
+
+/* lwIP's TCP sanity checks include "TCP_WND fits in the pbuf pool", which assumes RX data lands
+ * in PBUF_POOL; ours lands in UMEM frames wrapped as custom pbufs, so that check is wrong here.
+ * The switch turns off the whole group, so the ones that still apply are restated. */
+#define LWIP_DISABLE_TCP_SANITY_CHECKS 1
+#if MEMP_NUM_TCP_SEG < TCP_SND_QUEUELEN
+#error "MEMP_NUM_TCP_SEG must be at least TCP_SND_QUEUELEN"
+#endif
+#if TCP_SND_BUF < 2 * TCP_MSS
+#error "TCP_SND_BUF must be at least 2 * TCP_MSS"
+#endif
+#if TCP_SND_QUEUELEN < 2 * (TCP_SND_BUF / 1460)
+#error "TCP_SND_QUEUELEN must cover TCP_SND_BUF at the smallest (1460-byte) MSS, twice"
+#endif
+#if TCP_SNDLOWAT >= TCP_SND_BUF || TCP_SNDLOWAT >= (0xFFFF - 4 * TCP_MSS)
+#error "TCP_SNDLOWAT must be below TCP_SND_BUF and 4 * TCP_MSS below u16 overflow"
+#endif
+#if TCP_SNDQUEUELOWAT >= TCP_SND_QUEUELEN
+#error "TCP_SNDQUEUELOWAT must be below TCP_SND_QUEUELEN"
+#endif
+#if TCP_WND < TCP_MSS
+#error "TCP_WND must be at least TCP_MSS"
+#endif
+
+#endif /* XDPFWD_LWIPOPTS_H */

@@ -1,0 +1,256 @@
+// Namespace topology fixture and helpers for netns tests. Uses iproute2 for set-up (what a
+// user would type, and what error messages will mention) and setns(2) for in-process traffic.
+#include "tests/support/netns_topology.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "stack/os/unique_fd.h"
+
+extern char** environ;
+
+namespace xdpfwd::test {
+namespace {
+
+constexpr const char* kPrefix = "xf-";  // every namespace we create: xf-<pid>-<n>-{c,s}
+
+std::atomic<int> g_topology_counter{0};
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+void Must(const std::string& what, const CommandResult& r) {
+  if (r.status != 0) {
+    throw std::runtime_error("topology: `" + what + "` failed (status " + std::to_string(r.status) +
+                             "): " + r.output);
+  }
+}
+
+in_addr Addr(const std::string& dotted) {
+  in_addr a{};
+  if (inet_pton(AF_INET, dotted.c_str(), &a) != 1)
+    throw std::runtime_error("bad address " + dotted);
+  return a;
+}
+
+bool RouteExists(const std::string& prefix) {
+  return !RunCommand("", "ip -4 route show " + prefix).output.empty();
+}
+
+}  // namespace
+
+std::string ToString(const in_addr& addr) {
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &addr, buf, sizeof(buf));
+  return buf;
+}
+
+CommandResult RunCommand(const std::string& ns, const std::string& command) {
+  const std::string full = ns.empty() ? command : "ip netns exec " + Quote(ns) + " " + command;
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe2: " + std::string(strerror(errno)));
+  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  const char* argv[] = {"/bin/sh", "-c", full.c_str(), nullptr};
+  pid_t pid = -1;
+  const int err =
+      posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw std::runtime_error("posix_spawn sh: " + std::string(strerror(err)));
+  write_end.reset();
+
+  CommandResult result;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(read_end.get(), buf, sizeof(buf));
+    if (n > 0) {
+      result.output.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  return result;
+}
+
+void RunInNamespace(const std::string& ns, const std::function<void()>& fn) {
+  std::exception_ptr failure;
+  std::thread worker([&] {
+    try {
+      if (!ns.empty()) {
+        UniqueFd nsfd(open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC));
+        if (!nsfd) throw std::runtime_error("open netns " + ns + ": " + strerror(errno));
+        // Network namespaces are per thread: only this worker moves.
+        if (setns(nsfd.get(), CLONE_NEWNET) != 0) {
+          throw std::runtime_error("setns " + ns + ": " + strerror(errno));
+        }
+      }
+      fn();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  worker.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+bool WaitForTcpPort(const std::string& ns, const in_addr& addr, uint16_t port,
+                    std::chrono::milliseconds timeout) {
+  bool connected = false;
+  RunInNamespace(ns, [&] {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr = addr;
+    sa.sin_port = htons(port);
+    while (std::chrono::steady_clock::now() < deadline) {
+      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+      int rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd p{fd.get(), POLLOUT, 0};
+        if (poll(&p, 1, 100) == 1) {
+          int soerr = 0;
+          socklen_t len = sizeof(soerr);
+          getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soerr, &len);
+          rc = soerr == 0 ? 0 : -1;
+        }
+      }
+      if (rc == 0) {
+        connected = true;
+        return;
+      }
+      // Refused or not yet routable: poll again shortly.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  return connected;
+}
+
+void ReapStaleTopologies() {
+  std::istringstream list(RunCommand("", "ip netns list").output);
+  std::string line;
+  while (std::getline(list, line)) {
+    const std::string name = line.substr(0, line.find(' '));
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const pid_t owner = static_cast<pid_t>(std::atol(name.c_str() + strlen(kPrefix)));
+    if (owner <= 0 || owner == getpid()) continue;
+    if (kill(owner, 0) == 0 || errno != ESRCH) continue;  // owner still alive: not ours to touch
+    RunCommand("", "ip netns delete " + Quote(name));
+  }
+}
+
+Topology::Topology(TopologyOptions options) {
+  ReapStaleTopologies();
+  try {
+    Build(options);
+  } catch (...) {
+    Teardown();
+    throw;
+  }
+}
+
+Topology::~Topology() { Teardown(); }
+
+void Topology::Build(const TopologyOptions& options) {
+  const int n = g_topology_counter.fetch_add(1);
+  const std::string id = std::to_string(getpid()) + "-" + std::to_string(n);
+  client_ns_ = kPrefix + id + "-c";
+  server_ns_ = kPrefix + id + "-s";
+  // Interface names are limited to 15 characters.
+  const std::string short_id = std::to_string(getpid() % 100000) + "x" + std::to_string(n % 100);
+  client_side_if_ = "xc" + short_id;
+  server_side_if_ = "xs" + short_id;
+
+  // Subnets from the benchmarking range (RFC 2544): 198.18.k.0/24 for the client side,
+  // 198.19.k.0/24 for the server side, k chosen so no existing route overlaps.
+  int k = -1;
+  for (int i = 0; i < 250; ++i) {
+    const int cand = 1 + (getpid() * 7 + n * 13 + i) % 250;
+    const std::string c = "198.18." + std::to_string(cand) + ".0/24";
+    const std::string s = "198.19." + std::to_string(cand) + ".0/24";
+    if (!RouteExists(c) && !RouteExists(s)) {
+      k = cand;
+      break;
+    }
+  }
+  if (k < 0) throw std::runtime_error("topology: no free 198.18.k.0/24 subnet");
+  const std::string ks = std::to_string(k);
+  client_addr_ = Addr("198.18." + ks + ".2");
+  client_gw_ = Addr("198.18." + ks + ".1");
+  server_addr_ = Addr("198.19." + ks + ".2");
+  server_gw_ = Addr("198.19." + ks + ".1");
+  const std::string mtu = std::to_string(options.mtu);
+
+  auto run = [](const std::string& ns, const std::string& cmd) { Must(cmd, RunCommand(ns, cmd)); };
+  run("", "ip netns add " + client_ns_);
+  client_ns_created_ = true;
+  run("", "ip netns add " + server_ns_);
+  server_ns_created_ = true;
+
+  struct Side {
+    const std::string& ns;
+    const std::string& root_if;
+    in_addr ns_addr, gw;
+  };
+  for (const Side& side : {Side{client_ns_, client_side_if_, client_addr_, client_gw_},
+                           Side{server_ns_, server_side_if_, server_addr_, server_gw_}}) {
+    run("", "ip link add " + side.root_if + " mtu " + mtu + " type veth peer name " + kNsIf +
+                " mtu " + mtu + " netns " + side.ns);
+    run("", "ip addr add " + ToString(side.gw) + "/24 dev " + side.root_if);
+    run("", "ip link set " + side.root_if + " up");
+    // Forwarding is decided by the ingress device's setting; no global sysctl is touched.
+    run("", "sysctl -q -w net.ipv4.conf." + side.root_if + ".forwarding=1");
+    run(side.ns, "ip link set lo up");
+    run(side.ns, "ip addr add " + ToString(side.ns_addr) + "/24 dev " + kNsIf);
+    run(side.ns, std::string("ip link set ") + kNsIf + " up");
+    run(side.ns, "ip route add default via " + ToString(side.gw));
+  }
+}
+
+void Topology::Teardown() noexcept {
+  // Namespace cleanup runs later in a kernel workqueue, so deleting only the namespaces leaves
+  // the root-side veths around for a while. Delete the links first: that removes both ends now.
+  try {
+    for (const std::string* link : {&client_side_if_, &server_side_if_}) {
+      if (!link->empty() && RunCommand("", "ip link show dev " + *link).status == 0) {
+        RunCommand("", "ip link delete " + *link);
+      }
+    }
+    if (client_ns_created_) RunCommand("", "ip netns delete " + client_ns_);
+    if (server_ns_created_) RunCommand("", "ip netns delete " + server_ns_);
+  } catch (...) {
+    // A destructor must not throw; a leftover namespace is reaped by the next Topology.
+  }
+  client_ns_created_ = server_ns_created_ = false;
+}
+
+}  // namespace xdpfwd::test

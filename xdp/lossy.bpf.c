@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Loss injector for tests: drops a configured share of IPv4 TCP packets
+ * arriving on the interface it is attached to. This kernel has no netem, so the
+ * relay's loss tests put this on a veth instead. Everything that is not IPv4
+ * TCP (ARP above all) always passes. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lossy_shared.h"
+
+/* Set through the skeleton's rodata before load. */
+const volatile __u32 drop_per_million = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LOSSY_NR_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} lossy_counters SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&lossy_counters, &which);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline int is_ipv4_tcp(void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+
+	if ((void *)(ip + 1) > data_end)
+		return 0;
+	return eth->h_proto == bpf_htons(ETH_P_IP) &&
+	       ip->protocol == IPPROTO_TCP;
+}
+
+SEC("xdp")
+int lossy(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	if (!is_ipv4_tcp(data, data_end)) {
+		count(LOSSY_PASSED_OTHER);
+		return XDP_PASS;
+	}
+	if (bpf_get_prandom_u32() % 1000000 < drop_per_million) {
+		count(LOSSY_DROPPED);
+		return XDP_DROP;
+	}
+	count(LOSSY_PASSED_TCP);
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";
