@@ -1,0 +1,47 @@
+// IPv4 "address:port" endpoints as users type them on command lines and in rule files.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <charconv>
+#include <string>
+
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+struct Endpoint {
+  in_addr addr{};
+  uint16_t port = 0;
+};
+
+inline Result<Endpoint> ParseEndpoint(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return Error{{}, "'" + text + "' is not ADDRESS:PORT (for example 10.0.1.1:9000)"};
+  }
+  Endpoint ep;
+  const std::string host = text.substr(0, colon);
+  if (inet_pton(AF_INET, host.c_str(), &ep.addr) != 1) {
+    return Error{{}, "'" + host + "' in '" + text + "' is not an IPv4 address"};
+  }
+  unsigned port = 0;
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || first == last || port == 0 || port > 65535) {
+    return Error{
+        {}, "'" + text.substr(colon + 1) + "' in '" + text + "' is not a port number (1-65535)"};
+  }
+  ep.port = static_cast<uint16_t>(port);
+  return ep;
+}
+
+inline std::string ToString(const Endpoint& ep) {
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &ep.addr, buf, sizeof(buf));
+  return std::string(buf) + ":" + std::to_string(ep.port);
+}
+
+}  // namespace xdpfwd

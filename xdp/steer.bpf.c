@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: GPL-2.0
+/* xdpfwd's steering program: new TCP flows to a configured listener and every
+ * packet of a known flow go to the AF_XDP socket of the rx queue; everything
+ * else passes to the kernel. Nothing is ever dropped. Each decision is counted
+ * per CPU under a stable reason code. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "steer_shared.h"
+
+#ifndef E2BIG
+#define E2BIG 7
+#endif
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
+/* Runtime settings, written through the skeleton before load. */
+const volatile __u8 check_kernel_sockets = 1;
+/* Who attached the program (read-only after load): lets a later start tell a
+ * live xdpfwd from a stale one. Userspace finds it through the .rodata map's
+ * BTF. */
+const volatile struct steer_owner steer_owner_info = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, STEER_MAX_LISTENERS);
+	__type(key, struct steer_listener_key);
+	__type(value, struct steer_listener);
+} steer_listeners SEC(".maps");
+
+/* Not LRU: a live flow must never be evicted. The loader sizes it; when it is
+ * full, new SYNs pass to the kernel instead. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, STEER_DEFAULT_FLOW_CAPACITY);
+	__type(key, struct steer_flow_key);
+	__type(value, struct steer_flow);
+} steer_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, STEER_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} steer_xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STEER_NR_REASONS);
+	__type(key, __u32);
+	__type(value, struct steer_counter);
+} steer_counters SEC(".maps");
+
+struct hdr_cursor {
+	void *pos;
+	void *end;
+};
+
+static __always_inline int decide(struct xdp_md *ctx, __u32 reason, int action)
+{
+	struct steer_counter *c = bpf_map_lookup_elem(&steer_counters, &reason);
+
+	if (c) {
+		c->packets += 1;
+		c->bytes += ctx->data_end - ctx->data;
+	}
+	return action;
+}
+
+static __always_inline struct ethhdr *parse_eth(struct hdr_cursor *c)
+{
+	struct ethhdr *eth = c->pos;
+
+	if ((void *)(eth + 1) > c->end)
+		return NULL;
+	c->pos = eth + 1;
+	return eth;
+}
+
+static __always_inline struct iphdr *parse_ipv4(struct hdr_cursor *c)
+{
+	struct iphdr *ip = c->pos;
+
+	if ((void *)(ip + 1) > c->end)
+		return NULL;
+	c->pos = ip + 1;
+	return ip;
+}
+
+static __always_inline struct tcphdr *parse_tcp(struct hdr_cursor *c)
+{
+	struct tcphdr *tcp = c->pos;
+
+	if ((void *)(tcp + 1) > c->end)
+		return NULL;
+	c->pos = tcp + 1;
+	return tcp;
+}
+
+/* Does a kernel socket already own this 4-tuple? A SYN finds the kernel's
+ * listening socket when one is bound to the same address and port (auto mode
+ * serves both paths on one listener): a listener owns no 4-tuple, so only a
+ * non-listening socket counts. */
+static __always_inline int kernel_owns(struct xdp_md *ctx, struct iphdr *ip,
+				       struct tcphdr *tcp)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	int owns;
+
+	tuple.ipv4.saddr = ip->saddr;
+	tuple.ipv4.daddr = ip->daddr;
+	tuple.ipv4.sport = tcp->source;
+	tuple.ipv4.dport = tcp->dest;
+	sk = bpf_skc_lookup_tcp(ctx, &tuple, sizeof(tuple.ipv4),
+				BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	owns = sk->state != BPF_TCP_LISTEN;
+	bpf_sk_release(sk);
+	return owns;
+}
+
+static __always_inline struct steer_listener *find_listener(__be32 addr,
+							    __be16 port)
+{
+	struct steer_listener_key key = {.addr = addr, .port = port};
+	struct steer_listener *l = bpf_map_lookup_elem(&steer_listeners, &key);
+
+	if (l)
+		return l;
+	key.addr = 0; /* listener on any address */
+	return bpf_map_lookup_elem(&steer_listeners, &key);
+}
+
+SEC("xdp")
+int xdpfwd_steer(struct xdp_md *ctx)
+{
+	struct hdr_cursor c = {.pos = (void *)(long)ctx->data,
+			       .end = (void *)(long)ctx->data_end};
+	struct steer_flow_key key = {};
+	struct steer_listener *listener;
+	struct steer_flow flow = {};
+	struct ethhdr *eth;
+	struct tcphdr *tcp;
+	struct iphdr *ip;
+	__u32 tcp_hlen;
+	int action;
+	long err;
+
+	eth = parse_eth(&c);
+	if (!eth)
+		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return decide(ctx, STEER_PASS_NOT_IPV4, XDP_PASS);
+	ip = parse_ipv4(&c);
+	if (!ip)
+		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
+	if (ip->version != 4 || ip->ihl < 5)
+		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
+	if (ip->ihl != 5)
+		return decide(ctx, STEER_PASS_IP_OPTIONS, XDP_PASS);
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return decide(ctx, STEER_PASS_FRAGMENT, XDP_PASS);
+	if (ip->protocol != IPPROTO_TCP)
+		return decide(ctx, STEER_PASS_NOT_TCP, XDP_PASS);
+	tcp = parse_tcp(&c);
+	if (!tcp)
+		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
+	tcp_hlen = tcp->doff * 4;
+	if (tcp_hlen < sizeof(*tcp) || (void *)tcp + tcp_hlen > c.end)
+		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
+	/* The IP total length must cover the headers and fit in the frame
+	 * (which may carry Ethernet padding beyond it). */
+	if (bpf_ntohs(ip->tot_len) < sizeof(*ip) + tcp_hlen ||
+	    (void *)ip + bpf_ntohs(ip->tot_len) > c.end)
+		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
+
+	key.saddr = ip->saddr;
+	key.daddr = ip->daddr;
+	key.sport = tcp->source;
+	key.dport = tcp->dest;
+	if (bpf_map_lookup_elem(&steer_flows, &key)) {
+		action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index,
+					  XDP_PASS);
+		if (action != XDP_REDIRECT)
+			return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
+		return decide(ctx, STEER_REDIRECT_FLOW, XDP_REDIRECT);
+	}
+
+	if (!tcp->syn || tcp->ack)
+		return decide(ctx, STEER_PASS_UNKNOWN_FLOW, XDP_PASS);
+	listener = find_listener(ip->daddr, tcp->dest);
+	if (!listener)
+		return decide(ctx, STEER_PASS_NOT_LISTENER, XDP_PASS);
+	if (check_kernel_sockets && kernel_owns(ctx, ip, tcp))
+		return decide(ctx, STEER_PASS_KERNEL_OWNS, XDP_PASS);
+
+	flow.owner = ctx->rx_queue_index;
+	flow.rule_id = listener->rule_id;
+	flow.created_ns = bpf_ktime_get_ns();
+	flow.origin = STEER_FLOW_FROM_SYN;
+	err = bpf_map_update_elem(&steer_flows, &key, &flow, BPF_NOEXIST);
+	if (err == -E2BIG)
+		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
+	if (err && err != -EEXIST) /* -EEXIST: another CPU inserted it */
+		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
+
+	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
+	if (action != XDP_REDIRECT) {
+		/* Nobody on this queue would serve the flow: let the kernel
+		 * have it. */
+		bpf_map_delete_elem(&steer_flows, &key);
+		return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
+	}
+	return decide(ctx, STEER_REDIRECT_NEW_FLOW, XDP_REDIRECT);
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,526 @@
+// Loader for xdp/steer.bpf.c. Attaches with bpf_xdp_attach (netlink) rather than libxdp's
+// multi-program dispatcher: it works the same with and without bpffs, and a detach that names
+// the expected program (XDP_FLAGS_REPLACE) can never remove somebody else's program.
+#include "xdp/steer.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "stack/os/log.h"
+#include "stack/os/unique_fd.h"
+#include "steer.skel.h"
+
+namespace xdpfwd {
+
+// The C++ view of the shared structs must match what the BPF program was compiled with.
+static_assert(sizeof(steer_listener_key) == 8 && offsetof(steer_listener_key, port) == 4);
+static_assert(sizeof(steer_listener) == 4);
+static_assert(sizeof(steer_flow_key) == 12 && offsetof(steer_flow_key, sport) == 8 &&
+              offsetof(steer_flow_key, dport) == 10);
+static_assert(sizeof(steer_flow) == 24 && offsetof(steer_flow, created_ns) == 8 &&
+              offsetof(steer_flow, origin) == 16);
+static_assert(sizeof(steer_owner) == 16 && offsetof(steer_owner, start_time) == 8);
+static_assert(sizeof(steer_counter) == 16);
+
+namespace {
+
+// libbpf reports verifier logs and netlink extack messages through its print callback.
+// Collect warnings while a load or attach runs, so errors can say what the kernel said.
+std::mutex g_libbpf_mu;
+std::string* g_libbpf_capture = nullptr;
+
+int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  if (level == LIBBPF_DEBUG) return 0;
+  char buf[1024];
+  const int n = vsnprintf(buf, sizeof(buf), format, args);
+  if (g_libbpf_capture != nullptr) {
+    g_libbpf_capture->append(buf,
+                             n < 0 ? 0 : std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1));
+  } else if (LogVerbosity() >= 1) {
+    std::fputs(buf, stderr);
+  }
+  return 0;
+}
+
+// Runs fn with libbpf's messages captured into *out.
+template <typename F>
+auto WithLibbpfMessages(std::string* out, F fn) {
+  std::lock_guard lock(g_libbpf_mu);
+  static const bool installed = (libbpf_set_print(LibbpfPrint), true);
+  (void)installed;
+  g_libbpf_capture = out;
+  auto result = fn();
+  g_libbpf_capture = nullptr;
+  return result;
+}
+
+// The kernel's own words from captured libbpf output ("Kernel error message: ..."), if any.
+std::string KernelMessage(const std::string& captured) {
+  const std::string tag = "Kernel error message: ";
+  const size_t at = captured.rfind(tag);
+  if (at == std::string::npos) return "";
+  std::string msg = captured.substr(at + tag.size());
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
+
+std::string LastLines(const std::string& text, size_t lines) {
+  size_t pos = text.size();
+  for (size_t i = 0; i <= lines && pos != std::string::npos && pos > 0; ++i) {
+    pos = text.rfind('\n', pos - 1);
+  }
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Field 2 (comm) may contain spaces; fields after it start past the last ')'.
+  const size_t close = content.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(content.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::stoull(field);
+  }
+  return 0;
+}
+
+bool OwnerAlive(const steer_owner& owner) {
+  if (owner.pid == 0) return false;
+  if (kill(static_cast<pid_t>(owner.pid), 0) != 0 && errno == ESRCH) return false;
+  return ProcessStartTime(static_cast<pid_t>(owner.pid)) == owner.start_time;
+}
+
+steer_flow_key KeyOf(const FlowTuple& t) {
+  steer_flow_key key{};
+  key.saddr = t.saddr.s_addr;
+  key.daddr = t.daddr.s_addr;
+  key.sport = htons(t.sport);
+  key.dport = htons(t.dport);
+  return key;
+}
+
+// A program attached to an interface, as the kernel reports it.
+struct AttachedProg {
+  uint32_t id = 0;
+  XdpMode mode = XdpMode::kNative;
+  std::string name;
+  UniqueFd fd;
+};
+
+Result<std::optional<AttachedProg>> QueryAttached(int ifindex, const std::string& ifname) {
+  bpf_xdp_query_opts q{};
+  q.sz = sizeof(q);
+  if (int err = bpf_xdp_query(ifindex, 0, &q); err != 0) {
+    return SystemError(ifname + ": querying attached XDP programs", -err);
+  }
+  if (q.attach_mode == XDP_ATTACHED_NONE) return std::optional<AttachedProg>();
+  if (q.attach_mode == XDP_ATTACHED_HW || q.attach_mode == XDP_ATTACHED_MULTI) {
+    return Error{{},
+                 ifname +
+                     ": an offloaded or multi-mode XDP program is attached; xdpfwd "
+                     "will not touch it (ip link set dev " +
+                     ifname + " xdp off)"};
+  }
+  AttachedProg prog;
+  prog.id = q.attach_mode == XDP_ATTACHED_SKB ? q.skb_prog_id : q.drv_prog_id;
+  prog.mode = q.attach_mode == XDP_ATTACHED_SKB ? XdpMode::kGeneric : XdpMode::kNative;
+  prog.fd.reset(bpf_prog_get_fd_by_id(prog.id));
+  if (!prog.fd)
+    return SystemError(ifname + ": opening attached XDP program id " + std::to_string(prog.id));
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog.fd.get(), &info, &len) != 0) {
+    return SystemError(ifname + ": reading XDP program info");
+  }
+  prog.name = info.name;
+  return std::optional<AttachedProg>(std::move(prog));
+}
+
+// Finds one of a loaded program's maps by name.
+Result<UniqueFd> MapOfProgram(int prog_fd, const std::string& name) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return SystemError("prog info");
+  std::vector<uint32_t> ids(info.nr_map_ids);
+  info = {};
+  info.nr_map_ids = static_cast<uint32_t>(ids.size());
+  info.map_ids = reinterpret_cast<uint64_t>(ids.data());
+  len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return SystemError("prog map ids");
+  for (uint32_t id : ids) {
+    UniqueFd fd(bpf_map_get_fd_by_id(id));
+    if (!fd) continue;
+    bpf_map_info minfo{};
+    uint32_t mlen = sizeof(minfo);
+    if (bpf_obj_get_info_by_fd(fd.get(), &minfo, &mlen) == 0 && name == minfo.name) return fd;
+  }
+  return Error{std::make_error_code(std::errc::no_such_file_or_directory), "map " + name};
+}
+
+// The owner record lives in the program's .rodata map; its offset comes from the map's BTF
+// (a DATASEC), so no assumption about how the compiler laid the section out.
+Result<steer_owner> ReadOwner(int prog_fd) {
+  auto map = MapOfProgram(prog_fd, "steer.rodata");
+  if (!map) return map.error();
+  bpf_map_info minfo{};
+  uint32_t mlen = sizeof(minfo);
+  if (bpf_obj_get_info_by_fd(map->get(), &minfo, &mlen) != 0) return SystemError("rodata info");
+  btf* types = btf__load_from_kernel_by_id(minfo.btf_id);
+  if (types == nullptr) return SystemError("rodata BTF");
+  long offset = -1;
+  const btf_type* sec = btf__type_by_id(types, minfo.btf_value_type_id);
+  if (sec != nullptr && btf_is_datasec(sec)) {
+    const btf_var_secinfo* vars = btf_var_secinfos(sec);
+    for (uint16_t i = 0; i < btf_vlen(sec); ++i) {
+      const btf_type* var = btf__type_by_id(types, vars[i].type);
+      if (var != nullptr &&
+          std::strcmp(btf__name_by_offset(types, var->name_off), "steer_owner_info") == 0 &&
+          vars[i].size == sizeof(steer_owner)) {
+        offset = vars[i].offset;
+      }
+    }
+  }
+  btf__free(types);
+  if (offset < 0) return Error{{}, "no owner record in the program's read-only data"};
+  std::vector<uint8_t> value(minfo.value_size);
+  const uint32_t zero = 0;
+  if (bpf_map_lookup_elem(map->get(), &zero, value.data()) != 0) return SystemError("read owner");
+  steer_owner owner{};
+  std::memcpy(&owner, value.data() + offset, sizeof(owner));
+  return owner;
+}
+
+SteerCounters SumCounters(int map_fd) {
+  SteerCounters total{};
+  const int ncpu = libbpf_num_possible_cpus();
+  std::vector<steer_counter> per_cpu(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
+  for (uint32_t r = 0; r < kSteerReasonCount; ++r) {
+    if (bpf_map_lookup_elem(map_fd, &r, per_cpu.data()) != 0) continue;
+    for (const steer_counter& c : per_cpu) {
+      total[r].packets += c.packets;
+      total[r].bytes += c.bytes;
+    }
+  }
+  return total;
+}
+
+size_t CountKeys(int map_fd) {
+  steer_flow_key key{}, next{};
+  size_t n = 0;
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(map_fd, prev, &next) == 0) {
+    ++n;
+    key = next;
+    prev = &key;
+  }
+  return n;
+}
+
+uint32_t XdpFlags(XdpMode mode) {
+  return mode == XdpMode::kGeneric ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+}
+
+std::string ForeignMessage(const std::string& ifname, const AttachedProg& prog) {
+  std::string hint = "ip link set dev " + ifname + " xdp off";
+  if (prog.name == "xdp_dispatcher") hint = "xdp-loader unload " + ifname + " --all";
+  return ifname + ": XDP program '" + prog.name + "' (id " + std::to_string(prog.id) + ", " +
+         std::string(ModeName(prog.mode)) +
+         " mode) is attached and is not xdpfwd's; xdpfwd "
+         "will not replace it. Detach it first (" +
+         hint + ") or use another interface";
+}
+
+// Classifies what is attached: nothing, a stale xdpfwd program (detached here), or a refusal.
+Result<void> ClearStale(int ifindex, const std::string& ifname) {
+  auto attached = QueryAttached(ifindex, ifname);
+  if (!attached) return attached.error();
+  if (!attached->has_value()) return {};
+  AttachedProg& prog = **attached;
+  if (prog.name != STEER_PROG_NAME) return Error{{}, ForeignMessage(ifname, prog)};
+  auto owner = ReadOwner(prog.fd.get());
+  if (owner && OwnerAlive(*owner)) {
+    return Error{{},
+                 ifname + ": xdpfwd (pid " + std::to_string(owner->pid) +
+                     ") is already attached; stop it first"};
+  }
+  bpf_xdp_attach_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.old_prog_fd = prog.fd.get();  // detach only if it is still this program
+  if (int err = bpf_xdp_detach(ifindex, XdpFlags(prog.mode), &opts); err != 0) {
+    return SystemError(ifname + ": detaching stale xdpfwd program id " + std::to_string(prog.id),
+                       -err);
+  }
+  Log(ifname + ": removed a stale xdpfwd program (id " + std::to_string(prog.id) +
+      ") left by pid " + (owner ? std::to_string(owner->pid) : std::string("?")) +
+      ", which is no longer running");
+  return {};
+}
+
+}  // namespace
+
+struct SteerProgram::Skeleton {
+  steer* s = nullptr;
+  ~Skeleton() {
+    if (s != nullptr) steer__destroy(s);
+  }
+};
+
+std::string_view ReasonName(SteerReason reason) {
+  switch (reason) {
+    case SteerReason::kRedirectNewFlow:
+      return "redirect_new_flow";
+    case SteerReason::kRedirectFlow:
+      return "redirect_flow";
+    case SteerReason::kPassNotIpv4:
+      return "pass_not_ipv4";
+    case SteerReason::kPassTruncated:
+      return "pass_truncated";
+    case SteerReason::kPassMalformed:
+      return "pass_malformed";
+    case SteerReason::kPassFragment:
+      return "pass_fragment";
+    case SteerReason::kPassIpOptions:
+      return "pass_ip_options";
+    case SteerReason::kPassNotTcp:
+      return "pass_not_tcp";
+    case SteerReason::kPassUnknownFlow:
+      return "pass_unknown_flow";
+    case SteerReason::kPassNotListener:
+      return "pass_not_listener";
+    case SteerReason::kPassFlowTableFull:
+      return "pass_flow_table_full";
+    case SteerReason::kPassKernelOwns:
+      return "pass_kernel_owns";
+    case SteerReason::kPassNoSocket:
+      return "pass_no_socket";
+  }
+  return "unknown";
+}
+
+std::string_view ModeName(XdpMode mode) { return mode == XdpMode::kGeneric ? "generic" : "native"; }
+
+Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& options) {
+  if (options.flow_capacity == 0) return Error{{}, "flow capacity must be at least 1"};
+  std::unique_ptr<SteerProgram> self(new SteerProgram());
+  self->options_ = options;
+  self->skel_ = std::make_unique<Skeleton>();
+
+  std::string messages;
+  const int load_err = WithLibbpfMessages(&messages, [&]() -> int {
+    self->skel_->s = steer__open();
+    if (self->skel_->s == nullptr) return -errno;
+    steer* s = self->skel_->s;
+    s->rodata->check_kernel_sockets = options.check_kernel_sockets ? 1 : 0;
+    s->rodata->steer_owner_info.pid = static_cast<uint32_t>(getpid());
+    s->rodata->steer_owner_info.start_time = ProcessStartTime(getpid());
+    if (int err = bpf_map__set_max_entries(s->maps.steer_flows, options.flow_capacity)) return err;
+    return steer__load(s);
+  });
+  if (load_err != 0) {
+    return SystemError("loading the steering program: " + LastLines(messages, 8), -load_err);
+  }
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(self->prog_fd(), &info, &len) == 0) self->prog_id_ = info.id;
+  return self;
+}
+
+Result<std::unique_ptr<SteerProgram>> SteerProgram::Attach(const std::string& ifname,
+                                                           const SteerOptions& options) {
+  auto self = Load(options);
+  if (!self) return self.error();
+  if (auto attached = (*self)->AttachTo(ifname); !attached) return attached.error();
+  return self;
+}
+
+int SteerProgram::prog_fd() const { return bpf_program__fd(skel_->s->progs.xdpfwd_steer); }
+
+Result<void> SteerProgram::AttachTo(const std::string& ifname) {
+  if (attached_) return Error{{}, "already attached to " + ifname_};
+  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) return SystemError("interface " + ifname);
+  if (auto cleared = ClearStale(ifindex, ifname); !cleared) return cleared.error();
+  ifname_ = ifname;
+  ifindex_ = ifindex;
+
+  std::string messages;
+  std::string why_not_native;
+  if (!options_.force_generic) {
+    const int err = WithLibbpfMessages(&messages, [&] {
+      return bpf_xdp_attach(ifindex, prog_fd(), XDP_FLAGS_DRV_MODE | XDP_FLAGS_UPDATE_IF_NOEXIST,
+                            nullptr);
+    });
+    if (err == 0) {
+      mode_ = XdpMode::kNative;
+      attached_ = true;
+      return {};
+    }
+    why_not_native = std::strerror(-err);
+    if (std::string k = KernelMessage(messages); !k.empty()) why_not_native += " (" + k + ")";
+    if (err == -EBUSY || err == -EEXIST) {
+      return Error{{}, ifname + ": another XDP program was attached while xdpfwd was starting"};
+    }
+    if (!options_.allow_generic) {
+      return Error{{}, ifname + ": native XDP attach failed: " + why_not_native};
+    }
+  } else {
+    why_not_native = "generic mode requested";
+  }
+
+  messages.clear();
+  const int err = WithLibbpfMessages(&messages, [&] {
+    return bpf_xdp_attach(ifindex, prog_fd(), XDP_FLAGS_SKB_MODE | XDP_FLAGS_UPDATE_IF_NOEXIST,
+                          nullptr);
+  });
+  if (err != 0) {
+    std::string k = KernelMessage(messages);
+    return Error{{},
+                 ifname + ": XDP attach failed in native mode (" + why_not_native +
+                     ") and in generic mode (" + std::strerror(-err) + (k.empty() ? "" : ", " + k) +
+                     ")"};
+  }
+  mode_ = XdpMode::kGeneric;
+  attached_ = true;
+  Log(ifname +
+      ": XDP attached in generic (SKB) mode because native mode failed: " + why_not_native);
+  return {};
+}
+
+SteerProgram::~SteerProgram() { Detach(); }
+
+void SteerProgram::Detach() noexcept {
+  if (!attached_) return;
+  attached_ = false;
+  bpf_xdp_attach_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.old_prog_fd = prog_fd();
+  if (int err = bpf_xdp_detach(ifindex_, XdpFlags(mode_), &opts); err != 0 && err != -ENODEV) {
+    Log(ifname_ + ": detaching the XDP program failed: " + std::strerror(-err));
+  }
+}
+
+Result<void> SteerProgram::AddListener(in_addr addr, uint16_t port, uint32_t rule_id) {
+  steer_listener_key key{addr.s_addr, htons(port), 0};
+  steer_listener value{rule_id};
+  if (bpf_map__update_elem(skel_->s->maps.steer_listeners, &key, sizeof(key), &value, sizeof(value),
+                           BPF_ANY) != 0) {
+    return SystemError(ifname_ + ": adding listener port " + std::to_string(port));
+  }
+  return {};
+}
+
+Result<void> SteerProgram::RemoveListener(in_addr addr, uint16_t port) {
+  steer_listener_key key{addr.s_addr, htons(port), 0};
+  if (bpf_map__delete_elem(skel_->s->maps.steer_listeners, &key, sizeof(key), 0) != 0) {
+    return SystemError(ifname_ + ": removing listener port " + std::to_string(port));
+  }
+  return {};
+}
+
+Result<void> SteerProgram::AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) {
+  const steer_flow_key key = KeyOf(tuple);
+  steer_flow value{};
+  value.owner = owner;
+  value.rule_id = rule_id;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
+  value.created_ns =
+      static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+  value.origin = STEER_FLOW_FROM_WORKER;
+  if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
+                           BPF_ANY) != 0) {
+    return SystemError(ifname_ + ": adding flow");  // E2BIG: the flow table is full
+  }
+  return {};
+}
+
+Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
+  const steer_flow_key key = KeyOf(tuple);
+  if (bpf_map__delete_elem(skel_->s->maps.steer_flows, &key, sizeof(key), 0) != 0) {
+    return SystemError(ifname_ + ": removing flow");
+  }
+  return {};
+}
+
+std::optional<steer_flow> SteerProgram::LookupFlow(const FlowTuple& tuple) const {
+  const steer_flow_key key = KeyOf(tuple);
+  steer_flow value{};
+  if (bpf_map__lookup_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
+                           0) != 0) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+size_t SteerProgram::FlowCount() const {
+  return CountKeys(bpf_map__fd(skel_->s->maps.steer_flows));
+}
+
+Result<void> SteerProgram::BindQueue(uint32_t queue, int xsk_fd) {
+  if (queue >= STEER_MAX_QUEUES) {
+    return Error{{},
+                 ifname_ + ": queue " + std::to_string(queue) + " is above the " +
+                     std::to_string(STEER_MAX_QUEUES) + " the program supports"};
+  }
+  uint32_t fd = static_cast<uint32_t>(xsk_fd);
+  if (bpf_map__update_elem(skel_->s->maps.steer_xsks, &queue, sizeof(queue), &fd, sizeof(fd),
+                           BPF_ANY) != 0) {
+    return SystemError(ifname_ + ": binding the AF_XDP socket of queue " + std::to_string(queue));
+  }
+  return {};
+}
+
+Result<void> SteerProgram::UnbindQueue(uint32_t queue) {
+  if (bpf_map__delete_elem(skel_->s->maps.steer_xsks, &queue, sizeof(queue), 0) != 0) {
+    return SystemError(ifname_ + ": unbinding queue " + std::to_string(queue));
+  }
+  return {};
+}
+
+SteerCounters SteerProgram::ReadCounters() const {
+  return SumCounters(bpf_map__fd(skel_->s->maps.steer_counters));
+}
+
+Result<AttachedSteer> InspectSteer(const std::string& ifname) {
+  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) return SystemError("interface " + ifname);
+  auto attached = QueryAttached(ifindex, ifname);
+  if (!attached) return attached.error();
+  if (!attached->has_value()) return Error{{}, ifname + ": no XDP program is attached"};
+  AttachedProg& prog = **attached;
+  if (prog.name != STEER_PROG_NAME) return Error{{}, ForeignMessage(ifname, prog)};
+  AttachedSteer out;
+  out.prog_id = prog.id;
+  out.mode = prog.mode;
+  if (auto owner = ReadOwner(prog.fd.get())) {
+    out.owner = *owner;
+    out.owner_alive = OwnerAlive(*owner);
+  }
+  if (auto flows = MapOfProgram(prog.fd.get(), "steer_flows")) out.flows = CountKeys(flows->get());
+  if (auto counters = MapOfProgram(prog.fd.get(), "steer_counters")) {
+    out.counters = SumCounters(counters->get());
+  }
+  return out;
+}
+
+Result<void> DetachStaleSteer(const std::string& ifname) {
+  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) return SystemError("interface " + ifname);
+  return ClearStale(ifindex, ifname);
+}
+
+}  // namespace xdpfwd

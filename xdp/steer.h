@@ -1,0 +1,122 @@
+// The steering program as C++ sees it: attach it to one interface (native XDP, generic as a
+// logged fallback), fill its listener/flow/socket maps, read its per-reason counters, and
+// detach it on destruction. One instance per interface: each has its own maps, because the
+// socket map is indexed by that interface's rx queue.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "stack/os/result.h"
+#include "xdp/steer_shared.h"
+
+namespace xdpfwd {
+
+enum class SteerReason : uint32_t {
+  kRedirectNewFlow = STEER_REDIRECT_NEW_FLOW,
+  kRedirectFlow = STEER_REDIRECT_FLOW,
+  kPassNotIpv4 = STEER_PASS_NOT_IPV4,
+  kPassTruncated = STEER_PASS_TRUNCATED,
+  kPassMalformed = STEER_PASS_MALFORMED,
+  kPassFragment = STEER_PASS_FRAGMENT,
+  kPassIpOptions = STEER_PASS_IP_OPTIONS,
+  kPassNotTcp = STEER_PASS_NOT_TCP,
+  kPassUnknownFlow = STEER_PASS_UNKNOWN_FLOW,
+  kPassNotListener = STEER_PASS_NOT_LISTENER,
+  kPassFlowTableFull = STEER_PASS_FLOW_TABLE_FULL,
+  kPassKernelOwns = STEER_PASS_KERNEL_OWNS,
+  kPassNoSocket = STEER_PASS_NO_SOCKET,
+};
+inline constexpr size_t kSteerReasonCount = STEER_NR_REASONS;
+
+// Stable short name for stats output ("redirect_new_flow", "pass_flow_table_full", ...).
+std::string_view ReasonName(SteerReason reason);
+
+using SteerCounters = std::array<steer_counter, kSteerReasonCount>;
+
+enum class XdpMode { kNative, kGeneric };
+std::string_view ModeName(XdpMode mode);
+
+struct SteerOptions {
+  uint32_t flow_capacity = STEER_DEFAULT_FLOW_CAPACITY;
+  bool check_kernel_sockets = true;
+  bool allow_generic = true;   // fall back to generic (SKB) mode when native attach fails
+  bool force_generic = false;  // skip native mode
+};
+
+// A flow's 4-tuple as its packets arrive (source first); addresses and ports in host order
+// for ports, in_addr for addresses.
+struct FlowTuple {
+  in_addr saddr{};
+  in_addr daddr{};
+  uint16_t sport = 0;
+  uint16_t dport = 0;
+};
+
+class SteerProgram {
+ public:
+  // Attaches to `ifname`. Replaces a stale xdpfwd program left by a process that is gone;
+  // refuses (with an error saying what to do) when another live xdpfwd or a foreign program
+  // is attached.
+  static Result<std::unique_ptr<SteerProgram>> Attach(const std::string& ifname,
+                                                      const SteerOptions& options = {});
+  // Loads without attaching (BPF_PROG_TEST_RUN fixtures); AttachTo attaches it later.
+  static Result<std::unique_ptr<SteerProgram>> Load(const SteerOptions& options = {});
+  Result<void> AttachTo(const std::string& ifname);
+  ~SteerProgram();  // detaches, if the attached program is still this one
+  SteerProgram(const SteerProgram&) = delete;
+  SteerProgram& operator=(const SteerProgram&) = delete;
+
+  const std::string& ifname() const { return ifname_; }
+  int ifindex() const { return ifindex_; }
+  XdpMode mode() const { return mode_; }
+  uint32_t prog_id() const { return prog_id_; }
+  int prog_fd() const;
+
+  Result<void> AddListener(in_addr addr, uint16_t port, uint32_t rule_id);  // addr 0 = any
+  Result<void> RemoveListener(in_addr addr, uint16_t port);
+  Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id);
+  Result<void> RemoveFlow(const FlowTuple& tuple);
+  std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
+  size_t FlowCount() const;
+  Result<void> BindQueue(uint32_t queue, int xsk_fd);
+  Result<void> UnbindQueue(uint32_t queue);
+  SteerCounters ReadCounters() const;
+
+  // Detaches now (also what the destructor does). Safe to call twice.
+  void Detach() noexcept;
+
+ private:
+  struct Skeleton;
+  SteerProgram() = default;
+
+  std::unique_ptr<Skeleton> skel_;
+  std::string ifname_;
+  int ifindex_ = 0;
+  SteerOptions options_;
+  XdpMode mode_ = XdpMode::kNative;
+  uint32_t prog_id_ = 0;
+  bool attached_ = false;
+};
+
+// What is attached to an interface, as `xdpfwd-xdp status` shows it.
+struct AttachedSteer {
+  uint32_t prog_id = 0;
+  XdpMode mode = XdpMode::kNative;
+  steer_owner owner{};
+  bool owner_alive = false;
+  size_t flows = 0;
+  SteerCounters counters{};
+};
+// Error if nothing or a foreign program is attached to `ifname`.
+Result<AttachedSteer> InspectSteer(const std::string& ifname);
+// Detaches a stale xdpfwd program (its owner is gone). Refuses a live owner's or a foreign one.
+Result<void> DetachStaleSteer(const std::string& ifname);
+
+}  // namespace xdpfwd
