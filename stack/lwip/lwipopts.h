@@ -43,6 +43,9 @@
 #define MEMP_NUM_PBUF 8192           /* PBUF_REF/ROM: zero-copy tcp_write of received data */
 #define PBUF_POOL_SIZE 256           /* RX uses custom pbufs over UMEM frames instead */
 #define PBUF_POOL_BUFSIZE 2048
+/* Received frames enter lwIP as custom pbufs over UMEM (zero-copy) and go back to the port's
+ * pool from their free callback. lwIP only turns this on by itself for IP fragmentation. */
+#define LWIP_SUPPORT_CUSTOM_PBUF 1
 #define MEMP_NUM_TCP_PCB 8192
 #define MEMP_NUM_TCP_PCB_LISTEN 64
 #define MEMP_NUM_TCP_SEG 32768       /* one pool shared by every connection's queues */

@@ -1,0 +1,161 @@
+// lwIP netif over an AF_XDP port; see lwip_netif.h.
+#include "stack/lwip_netif.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+extern "C" {
+#include "lwip/ip4.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/prot/ethernet.h"
+#include "lwip/sys.h"
+}
+
+namespace xdpfwd {
+
+struct LwipNetif::RxPbuf {
+  pbuf_custom custom;  // first member: lwIP hands back the pbuf, we cast to RxPbuf
+  LwipNetif* owner;
+  uint64_t addr;
+};
+
+std::optional<MacAddress> NextHopCache::Lookup(in_addr ip, uint64_t now_ms) {
+  Entry& e = entries_[ip.s_addr];  // allocates on first contact only
+  if (e.known && now_ms - e.checked_ms < kRevalidateMs) return e.mac;
+  if (!e.known && e.checked_ms != 0 && now_ms - e.checked_ms < kRetryMs) return std::nullopt;
+  e.checked_ms = now_ms;
+  ++kernel_lookups_;
+  auto found = LookupNeighbor(ifindex_, ip);
+  if (found && found->has_value()) {
+    e.mac = **found;
+    e.known = true;
+    return e.mac;
+  }
+  // Unknown, or known but gone from the kernel: ask the kernel to resolve it; lwIP keeps the
+  // segment and retries.
+  e.known = false;
+  ++resolution_requests_;
+  (void)RequestNeighborResolution(ifindex_, ip);
+  return std::nullopt;
+}
+
+struct LwipNetifCallbacks {
+  static err_t Init(struct netif* nif) {
+    auto* self = static_cast<LwipNetif*>(nif->state);
+    nif->name[0] = 'x';
+    nif->name[1] = 'f';
+    nif->mtu = self->config_.mtu;
+    nif->hwaddr_len = ETH_HWADDR_LEN;
+    std::memcpy(nif->hwaddr, self->config_.mac.data(), ETH_HWADDR_LEN);
+    nif->flags = NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
+    nif->output = Output;
+    // lwIP verifies IP header checksums everywhere (the kernel always completes them); TCP
+    // checksums as the interface allows (see LwipNetifConfig::verify_tcp_checksum).
+    NETIF_SET_CHECKSUM_CTRL(nif, self->config_.verify_tcp_checksum
+                                     ? NETIF_CHECKSUM_ENABLE_ALL
+                                     : (NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_TCP));
+    return ERR_OK;
+  }
+
+  static err_t Output(struct netif* nif, struct pbuf* p, const ip4_addr_t* dest) {
+    auto* self = static_cast<LwipNetif*>(nif->state);
+    const LwipNetifConfig& c = self->config_;
+    in_addr next{};
+    const bool on_link = c.gateway.s_addr == 0 || (ip4_addr_get_u32(dest) & c.netmask.s_addr) ==
+                                                      (c.addr.s_addr & c.netmask.s_addr);
+    next.s_addr = on_link ? ip4_addr_get_u32(dest) : c.gateway.s_addr;
+    const auto mac = self->next_hops_.Lookup(next, sys_now());
+    if (!mac) {
+      ++self->stats_.tx_no_neighbor;
+      return ERR_RTE;  // lwIP keeps the segment queued and sends it again later
+    }
+    if (p->tot_len > c.mtu) {
+      ++self->stats_.tx_oversize;
+      return ERR_BUF;
+    }
+    auto frame = self->port_.AllocTx();
+    if (!frame) {
+      ++self->stats_.tx_pool_empty;
+      return ERR_MEM;
+    }
+    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > frame->capacity) {
+      self->port_.Release(frame->addr);
+      ++self->stats_.tx_oversize;
+      return ERR_BUF;
+    }
+    uint8_t* d = frame->data;
+    std::memcpy(d, mac->data(), 6);
+    std::memcpy(d + 6, c.mac.data(), 6);
+    d[12] = 0x08;  // IPv4
+    d[13] = 0x00;
+    pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
+    self->port_.QueueTx(frame->addr, SIZEOF_ETH_HDR + p->tot_len);
+    ++self->stats_.tx_frames;
+    return ERR_OK;
+  }
+
+  // lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
+  // with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
+  static err_t Input(struct pbuf* p, struct netif* nif) {
+    auto* self = static_cast<LwipNetif*>(nif->state);
+    const auto* eth = static_cast<const uint8_t*>(p->payload);
+    if (p->len <= SIZEOF_ETH_HDR || eth[12] != 0x08 || eth[13] != 0x00 ||
+        pbuf_remove_header(p, SIZEOF_ETH_HDR) != 0) {
+      ++self->stats_.rx_not_ipv4;
+      pbuf_free(p);
+      return ERR_OK;
+    }
+    return ip4_input(p, nif);  // consumes p
+  }
+
+  static void FreeRx(struct pbuf* p) {
+    auto* rx = reinterpret_cast<LwipNetif::RxPbuf*>(p);
+    rx->owner->port_.Release(rx->addr);
+    --rx->owner->rx_pbufs_in_use_;
+  }
+};
+
+LwipNetif::LwipNetif(XskPort& port, const LwipNetifConfig& config)
+    : port_(port),
+      config_(config),
+      netif_(std::make_unique<struct netif>()),
+      next_hops_(config.ifindex) {}
+
+LwipNetif::~LwipNetif() { netif_remove(netif_.get()); }
+
+Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNetifConfig& config) {
+  std::unique_ptr<LwipNetif> self(new LwipNetif(port, config));
+  self->rx_pbufs_.resize(port.frames().total);
+  ip4_addr_t addr, mask, gw;
+  ip4_addr_set_u32(&addr, config.addr.s_addr);
+  ip4_addr_set_u32(&mask, config.netmask.s_addr);
+  ip4_addr_set_u32(&gw, config.gateway.s_addr);
+  if (netif_add(self->netif_.get(), &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init,
+                LwipNetifCallbacks::Input) == nullptr) {
+    return Error{{}, port.ifname() + ": lwIP refused the interface"};
+  }
+  netif_set_up(self->netif_.get());
+  return self;
+}
+
+uint32_t LwipNetif::Poll(uint32_t budget) {
+  RxFrame frames[64];
+  const uint32_t n = port_.Receive(std::span<RxFrame>(frames, std::min<uint32_t>(budget, 64)));
+  for (uint32_t i = 0; i < n; ++i) {
+    const RxFrame& f = frames[i];
+    RxPbuf& rx = rx_pbufs_[port_.FrameIndex(f.addr)];
+    rx.owner = this;
+    rx.addr = f.addr;
+    rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
+    ++rx_pbufs_in_use_;
+    pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom, f.data,
+                                  static_cast<u16_t>(f.len));
+    ++stats_.rx_frames;
+    netif_->input(p, netif_.get());  // consumes the pbuf whatever it decides
+  }
+  return n;
+}
+
+}  // namespace xdpfwd

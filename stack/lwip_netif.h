@@ -1,0 +1,99 @@
+// One lwIP netif over one AF_XDP port. RX is zero-copy: each received frame enters lwIP as a
+// custom pbuf pointing into UMEM, and its free callback gives the frame back to the port. TX
+// copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; the
+// destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "stack/neighbor.h"
+#include "stack/os/result.h"
+#include "stack/xsk_port.h"
+
+struct netif;
+struct pbuf;
+
+namespace xdpfwd {
+
+// Next-hop MACs for one interface, from the kernel. A hit costs a hash lookup; a miss or an
+// entry older than kRevalidateMs asks the kernel (a netlink round trip, never per packet in
+// steady state); an unknown neighbour triggers kernel resolution, at most every kRetryMs.
+class NextHopCache {
+ public:
+  static constexpr uint64_t kRevalidateMs = 1000;
+  static constexpr uint64_t kRetryMs = 100;
+  explicit NextHopCache(int ifindex) : ifindex_(ifindex) {}
+  std::optional<MacAddress> Lookup(in_addr ip, uint64_t now_ms);
+  uint64_t kernel_lookups() const { return kernel_lookups_; }
+  uint64_t resolution_requests() const { return resolution_requests_; }
+
+ private:
+  struct Entry {
+    MacAddress mac{};
+    bool known = false;
+    uint64_t checked_ms = 0;
+  };
+  int ifindex_;
+  std::unordered_map<uint32_t, Entry> entries_;
+  uint64_t kernel_lookups_ = 0, resolution_requests_ = 0;
+};
+
+struct LwipNetifConfig {
+  int ifindex = 0;
+  MacAddress mac{};
+  in_addr addr{}, netmask{}, gateway{};  // gateway 0: everything on-link
+  uint16_t mtu = 1500;
+  // TCP checksums of received frames. A veth peer hands over frames whose TCP checksum holds
+  // only the pseudo-header sum (CHECKSUM_PARTIAL, the data never crossed a wire), so they are
+  // not verified there; on any other device they are (docs/stack.md).
+  bool verify_tcp_checksum = true;
+};
+
+struct NetifStats {
+  uint64_t rx_frames = 0;
+  uint64_t rx_not_ipv4 = 0;  // not for lwIP (the steering program should never send these)
+  uint64_t tx_frames = 0;
+  uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
+  uint64_t tx_no_neighbor = 0;  // next hop not resolved yet: same
+  uint64_t tx_oversize = 0;
+};
+
+class LwipNetif {
+ public:
+  // Adds the netif to lwIP (lwip_init() must have run on this thread). The port must outlive it.
+  static Result<std::unique_ptr<LwipNetif>> Create(XskPort& port, const LwipNetifConfig& config);
+  ~LwipNetif();
+  LwipNetif(const LwipNetif&) = delete;
+  LwipNetif& operator=(const LwipNetif&) = delete;
+
+  // Feeds up to `budget` received frames to lwIP; returns how many.
+  uint32_t Poll(uint32_t budget = 64);
+  struct netif* get() {
+    return netif_.get();
+  }
+  XskPort& port() { return port_; }
+  const NetifStats& stats() const { return stats_; }
+  uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
+  const NextHopCache& next_hops() const { return next_hops_; }
+
+ private:
+  struct RxPbuf;
+  friend struct LwipNetifCallbacks;  // lwIP's C callbacks (output, custom pbuf free)
+  LwipNetif(XskPort& port, const LwipNetifConfig& config);
+
+  XskPort& port_;
+  LwipNetifConfig config_;
+  std::unique_ptr<struct netif> netif_;
+  std::vector<RxPbuf> rx_pbufs_;  // one per UMEM frame, indexed by frame number
+  uint32_t rx_pbufs_in_use_ = 0;
+  NextHopCache next_hops_;
+  NetifStats stats_;
+};
+
+}  // namespace xdpfwd

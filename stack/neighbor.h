@@ -1,0 +1,55 @@
+// Kernel routes, neighbour (ARP) entries and interface facts, read over rtnetlink. The userspace
+// stack has no ARP of its own: the kernel stays the control plane and we consult its tables.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+struct Route {
+  int oif = 0;
+  std::string ifname;
+  in_addr gateway{};   // 0 if the destination is on-link
+  in_addr prefsrc{};   // 0 if the kernel chose none
+  in_addr next_hop{};  // gateway, or the destination itself when on-link
+};
+
+using MacAddress = std::array<uint8_t, 6>;
+
+// "02:00:5e:10:00:01".
+std::string FormatMac(const MacAddress& mac);
+
+// The kernel's route to dst, like `ip route get`. Only unicast routes through an interface count:
+// unreachable, blackhole, prohibit, local and broadcast destinations are errors.
+Result<Route> LookupRoute(in_addr dst);
+
+// The kernel's neighbour entry for addr on ifindex. nullopt if there is none or it is not usable
+// (INCOMPLETE, FAILED, NONE); REACHABLE, STALE, DELAY, PROBE, PERMANENT and NOARP are usable.
+Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, in_addr addr);
+
+// Asks the kernel to resolve addr on ifindex (RTM_NEWNEIGH with NTF_USE): it sends an ARP request
+// now, or re-confirms a STALE entry; no data packet is involved. Returns at once. A PERMANENT or
+// NOARP entry is left alone (NTF_USE would turn a static entry into a dynamic one).
+Result<void> RequestNeighborResolution(int ifindex, in_addr addr);
+
+// Looks up, requests resolution if needed and polls until the entry is usable or timeout passes.
+// Sleeps between polls: for the set-up path only, never the worker loop.
+Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milliseconds timeout);
+
+// The interface that holds local address addr: {ifindex, name}.
+Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr);
+
+// The Ethernet address of an interface (an error for non-Ethernet links such as lo or tun).
+Result<MacAddress> InterfaceMac(int ifindex);
+Result<int> InterfaceMtu(int ifindex);
+
+}  // namespace xdpfwd

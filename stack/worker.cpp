@@ -1,0 +1,67 @@
+// Busy-poll worker loop; see worker.h.
+#include "stack/worker.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <cstring>
+#include <mutex>
+
+extern "C" {
+#include "lwip/init.h"
+#include "lwip/timeouts.h"
+}
+
+namespace xdpfwd {
+
+void InitLwipOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { lwip_init(); });
+}
+
+uint32_t Worker::RunOnce() {
+  uint32_t received = 0;
+  for (LwipNetif* n : netifs_) received += n->Poll(64);
+  // Cheap: sys_now() is a vDSO clock read, and the timer list is checked against it.
+  sys_check_timeouts();
+  for (LwipNetif* n : netifs_) n->port().Flush();
+  ++stats_.iterations;
+  if (received == 0) ++stats_.idle_iterations;
+  return received;
+}
+
+Result<void> Worker::Run(const std::atomic<bool>& stop,
+                         const std::function<void()>& each_iteration) {
+  if (cpu_ >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_, &set);
+    if (int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); err != 0) {
+      return SystemError("pinning the worker to CPU " + std::to_string(cpu_), err);
+    }
+  }
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (each_iteration) each_iteration();
+    RunOnce();
+  }
+  return {};
+}
+
+void Worker::Drain() {
+  for (LwipNetif* n : netifs_) n->port().DrainTx();
+}
+
+WorkerStats Worker::stats() const {
+  WorkerStats s = stats_;
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+    s.minor_faults = static_cast<uint64_t>(ru.ru_minflt);
+    s.major_faults = static_cast<uint64_t>(ru.ru_majflt);
+    s.voluntary_switches = static_cast<uint64_t>(ru.ru_nvcsw);
+    s.involuntary_switches = static_cast<uint64_t>(ru.ru_nivcsw);
+  }
+  return s;
+}
+
+}  // namespace xdpfwd

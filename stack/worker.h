@@ -1,0 +1,51 @@
+// The fast path's busy-poll loop: one thread, pinned to a core, that moves received frames
+// into lwIP, runs lwIP's timers and flushes every port's TX once per iteration. It owns lwIP:
+// every lwIP call happens on this thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "stack/lwip_netif.h"
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+struct WorkerStats {
+  uint64_t iterations = 0;
+  uint64_t idle_iterations = 0;  // nothing received
+  // The worker thread's own, from getrusage(RUSAGE_THREAD): faults and context switches on
+  // the polling core are the usual cause of tail latency.
+  uint64_t minor_faults = 0, major_faults = 0;
+  uint64_t voluntary_switches = 0, involuntary_switches = 0;
+};
+
+class Worker {
+ public:
+  // cpu < 0: do not pin.
+  explicit Worker(int cpu) : cpu_(cpu) {}
+  void Add(LwipNetif* netif) { netifs_.push_back(netif); }
+
+  // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
+  // runs once per iteration on this thread, for work that must touch lwIP.
+  Result<void> Run(const std::atomic<bool>& stop, const std::function<void()>& each_iteration = {});
+  // One iteration: RX into lwIP, timers, TX flush. Returns frames received.
+  uint32_t RunOnce();
+  // Flushes and waits for every port's TX to complete; for a clean stop.
+  void Drain();
+
+  // Faults and switches are those of the calling thread: call it on the worker thread.
+  WorkerStats stats() const;
+
+ private:
+  int cpu_;
+  std::vector<LwipNetif*> netifs_;
+  WorkerStats stats_;
+};
+
+// lwip_init() once per process (lwIP's state is global: one instance per process).
+void InitLwipOnce();
+
+}  // namespace xdpfwd

@@ -1,0 +1,284 @@
+// AF_XDP port: UMEM, frame pool and the four rings; see xsk_port.h.
+#include "stack/xsk_port.h"
+
+#include <linux/if_xdp.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <xdp/xsk.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "stack/os/log.h"
+
+namespace xdpfwd {
+
+struct XskPort::Rings {
+  xsk_umem* umem = nullptr;
+  xsk_socket* xsk = nullptr;
+  xsk_ring_prod fill{}, tx{};
+  xsk_ring_cons comp{}, rx{};
+};
+
+namespace {
+
+bool PowerOfTwo(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+}  // namespace
+
+XskPort::XskPort(const XskPortConfig& config)
+    : config_(config), rings_(std::make_unique<Rings>()) {}
+
+XskPort::~XskPort() {
+  if (rings_->xsk != nullptr) xsk_socket__delete(rings_->xsk);
+  if (rings_->umem != nullptr) xsk_umem__delete(rings_->umem);
+  if (area_ != nullptr) {
+    munlock(area_, area_size_);
+    munmap(area_, area_size_);
+  }
+}
+
+Result<std::unique_ptr<XskPort>> XskPort::Open(const XskPortConfig& config) {
+  const std::string where = config.ifname + " queue " + std::to_string(config.queue);
+  if (!PowerOfTwo(config.frame_count) || !PowerOfTwo(config.ring_size) ||
+      !PowerOfTwo(config.frame_size) || config.frame_size < 2048) {
+    return Error{{},
+                 where +
+                     ": frame count, ring size and frame size (>= 2048) must be powers "
+                     "of two"};
+  }
+  if (config.frame_count < 2 * config.ring_size) {
+    return Error{{},
+                 where + ": need at least two rings' worth of frames (" +
+                     std::to_string(2 * config.ring_size) + ")"};
+  }
+  std::unique_ptr<XskPort> port(new XskPort(config));
+
+  // UMEM: page-aligned (mmap), pre-faulted (MAP_POPULATE) and locked, so the worker never
+  // takes a page fault on a frame.
+  port->area_size_ = size_t{config.frame_count} * config.frame_size;
+  void* area = mmap(nullptr, port->area_size_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (area == MAP_FAILED)
+    return SystemError(where + ": mapping " + std::to_string(port->area_size_) + " bytes of UMEM");
+  port->area_ = static_cast<uint8_t*>(area);
+  if (mlock(area, port->area_size_) != 0) {
+    return SystemError(where + ": locking UMEM (raise RLIMIT_MEMLOCK, or run as root)");
+  }
+
+  xsk_umem_config ucfg{};
+  ucfg.fill_size = config.ring_size;
+  ucfg.comp_size = config.ring_size;
+  ucfg.frame_size = config.frame_size;
+  ucfg.frame_headroom = 0;
+  Rings& r = *port->rings_;
+  if (int err = xsk_umem__create(&r.umem, area, port->area_size_, &r.fill, &r.comp, &ucfg)) {
+    return SystemError(where + ": creating UMEM", -err);
+  }
+
+  xsk_socket_config scfg{};
+  scfg.rx_size = config.ring_size;
+  scfg.tx_size = config.ring_size;
+  scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;  // xdp/steer owns the XDP program
+  auto bind = [&](uint16_t mode) {
+    scfg.bind_flags = static_cast<uint16_t>(XDP_USE_NEED_WAKEUP | mode);
+    // A socket closed just before (a restart) keeps its (device, queue) for a moment: EBUSY.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (;;) {
+      const int err = xsk_socket__create(&r.xsk, config.ifname.c_str(), config.queue, r.umem, &r.rx,
+                                         &r.tx, &scfg);
+      if (err != -EBUSY || std::chrono::steady_clock::now() >= deadline) return err;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  int err = -EOPNOTSUPP;
+  if (config.try_zero_copy) {
+    err = bind(XDP_ZEROCOPY);
+    if (err == 0) {
+      port->zero_copy_ = true;
+    } else {
+      LogDetail(where + ": zero-copy bind refused (" + std::strerror(-err) + "), using copy mode");
+    }
+  }
+  if (err != 0) err = bind(XDP_COPY);
+  if (err != 0) return SystemError(where + ": binding the AF_XDP socket", -err);
+
+  // Busy polling matters only when the worker makes a syscall on the socket (kicks, wakeups);
+  // it is applied where the kernel takes it and reported either way.
+  if (config.busy_poll) {
+    const int fd = xsk_socket__fd(r.xsk);
+    const int one = 1;
+    const int usecs = static_cast<int>(config.busy_poll_usecs);
+    const int budget = static_cast<int>(config.busy_poll_budget);
+    if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usecs, sizeof(usecs)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) != 0) {
+      port->busy_poll_status_ = std::string("off: ") + std::strerror(errno);
+    } else {
+      port->busy_poll_status_ =
+          "on: " + std::to_string(usecs) + " us, budget " + std::to_string(budget);
+    }
+  } else {
+    port->busy_poll_status_ = "off: not requested";
+  }
+
+  port->pool_.reserve(config.frame_count);
+  for (uint32_t i = config.frame_count; i-- > 0;) {
+    port->pool_.push_back(uint64_t{i} * config.frame_size);
+  }
+  port->pending_tx_.reserve(config.ring_size);
+  port->pending_len_.reserve(config.ring_size);
+  port->RefillFill();
+  return port;
+}
+
+int XskPort::fd() const { return xsk_socket__fd(rings_->xsk); }
+
+void XskPort::RefillFill() {
+  // Keep half a ring of frames back for TX, so a flood of received data cannot starve the
+  // ACKs and relayed segments the worker has to send.
+  const uint32_t tx_reserve = config_.ring_size / 2;
+  const uint32_t spare =
+      pool_.size() > tx_reserve ? static_cast<uint32_t>(pool_.size()) - tx_reserve : 0;
+  const uint32_t want = std::min(config_.ring_size - in_fill_, spare);
+  if (want == 0) return;
+  uint32_t idx = 0;
+  const uint32_t n = xsk_ring_prod__reserve(&rings_->fill, want, &idx);
+  for (uint32_t i = 0; i < n; ++i) {
+    *xsk_ring_prod__fill_addr(&rings_->fill, idx + i) = pool_.back();
+    pool_.pop_back();
+  }
+  xsk_ring_prod__submit(&rings_->fill, n);
+  in_fill_ += n;
+}
+
+uint32_t XskPort::Receive(std::span<RxFrame> out) {
+  uint32_t idx = 0;
+  const uint32_t n = xsk_ring_cons__peek(&rings_->rx, static_cast<uint32_t>(out.size()), &idx);
+  for (uint32_t i = 0; i < n; ++i) {
+    const xdp_desc* d = xsk_ring_cons__rx_desc(&rings_->rx, idx + i);
+    out[i] = RxFrame{d->addr, area_ + d->addr, d->len};
+    stats_.rx_bytes += d->len;
+  }
+  if (n > 0) {
+    xsk_ring_cons__release(&rings_->rx, n);
+    in_fill_ -= n;
+    held_ += n;
+    stats_.rx_packets += n;
+  }
+  // Only drivers in zero-copy mode set this; copy mode receives in the kernel's softirq.
+  if (xsk_ring_prod__needs_wakeup(&rings_->fill)) {
+    ++stats_.fill_ring_empty;
+    ++stats_.rx_wakeups;
+    recvfrom(fd(), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+  }
+  return n;
+}
+
+void XskPort::Release(uint64_t addr) {
+  // In aligned mode a descriptor's address may carry an offset into its frame.
+  pool_.push_back(addr & ~uint64_t{config_.frame_size - 1});
+  --held_;
+}
+
+std::optional<TxFrame> XskPort::AllocTx() {
+  if (pool_.empty()) {
+    ++stats_.pool_empty;
+    return std::nullopt;
+  }
+  const uint64_t addr = pool_.back();
+  pool_.pop_back();
+  ++held_;
+  return TxFrame{addr, area_ + addr, config_.frame_size};
+}
+
+void XskPort::QueueTx(uint64_t addr, uint32_t len) {
+  pending_tx_.push_back(addr);
+  pending_len_.push_back(len);
+}
+
+void XskPort::ReapCompletions() {
+  uint32_t idx = 0;
+  const uint32_t n = xsk_ring_cons__peek(&rings_->comp, config_.ring_size, &idx);
+  for (uint32_t i = 0; i < n; ++i) {
+    pool_.push_back(*xsk_ring_cons__comp_addr(&rings_->comp, idx + i) &
+                    ~uint64_t{config_.frame_size - 1});
+  }
+  if (n > 0) {
+    xsk_ring_cons__release(&rings_->comp, n);
+    in_tx_ -= n;
+  }
+}
+
+void XskPort::Kick() {
+  // Copy mode sends a bounded batch per sendto() and answers EAGAIN while more are queued;
+  // ENOBUFS/EBUSY mean the completion ring or the driver is full for now. Loop, bounded by
+  // what is in flight, reaping completions in between.
+  const uint32_t max_kicks = in_tx_ / 16 + 4;
+  for (uint32_t i = 0; i < max_kicks; ++i) {
+    ++stats_.tx_kicks;
+    if (sendto(fd(), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) return;
+    if (errno != EAGAIN && errno != EBUSY && errno != ENOBUFS) return;
+    ++stats_.tx_kick_retries;
+    ReapCompletions();
+  }
+}
+
+void XskPort::Flush() {
+  ReapCompletions();
+  if (!pending_tx_.empty()) {
+    uint32_t idx = 0;
+    uint32_t n = static_cast<uint32_t>(pending_tx_.size());
+    // reserve() is all-or-nothing: ask for what is free.
+    n = std::min(n, xsk_prod_nb_free(&rings_->tx, n));
+    n = xsk_ring_prod__reserve(&rings_->tx, n, &idx);
+    for (uint32_t i = 0; i < n; ++i) {
+      xdp_desc* d = xsk_ring_prod__tx_desc(&rings_->tx, idx + i);
+      d->addr = pending_tx_[i];
+      d->len = pending_len_[i];
+      d->options = 0;
+      stats_.tx_bytes += pending_len_[i];
+    }
+    xsk_ring_prod__submit(&rings_->tx, n);
+    in_tx_ += n;
+    held_ -= n;
+    stats_.tx_packets += n;
+    pending_tx_.erase(pending_tx_.begin(), pending_tx_.begin() + n);
+    pending_len_.erase(pending_len_.begin(), pending_len_.begin() + n);
+    stats_.tx_ring_full += pending_tx_.size();
+  }
+  if (in_tx_ > 0 && xsk_ring_prod__needs_wakeup(&rings_->tx)) Kick();
+  RefillFill();
+}
+
+bool XskPort::DrainTx(uint32_t max_rounds) {
+  for (uint32_t i = 0; i < max_rounds && (in_tx_ > 0 || !pending_tx_.empty()); ++i) {
+    Flush();
+    if (in_tx_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ReapCompletions();
+  }
+  return in_tx_ == 0 && pending_tx_.empty();
+}
+
+XskStats XskPort::stats() const {
+  XskStats s = stats_;
+  xdp_statistics ks{};
+  socklen_t len = sizeof(ks);
+  if (getsockopt(fd(), SOL_XDP, XDP_STATISTICS, &ks, &len) == 0) {
+    s.kernel_rx_dropped = ks.rx_dropped;
+    s.kernel_rx_ring_full = ks.rx_ring_full;
+    s.kernel_fill_ring_empty = ks.rx_fill_ring_empty_descs;
+    s.kernel_tx_invalid = ks.tx_invalid_descs;
+  }
+  return s;
+}
+
+FrameAccount XskPort::frames() const {
+  return FrameAccount{config_.frame_count, static_cast<uint32_t>(pool_.size()), in_fill_, in_tx_,
+                      held_};
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,124 @@
+// One AF_XDP socket on (interface, queue) with its own UMEM: locked, pre-faulted frames, an
+// exactly-counted frame pool, batched RX and TX, and at most one TX kick loop per flush. Each
+// interface a worker serves gets its own port (and UMEM): lwIP rewrites every header on the way
+// through, so a shared UMEM would save no copy (docs/stack.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+struct XskPortConfig {
+  std::string ifname;
+  uint32_t queue = 0;
+  uint32_t frame_count = 8192;  // UMEM frames; power of two
+  uint32_t frame_size = 4096;   // bytes per frame: one page, so a frame never spans two
+  uint32_t ring_size = 2048;    // rx, tx, fill and completion rings; power of two
+  bool try_zero_copy = true;    // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
+  bool busy_poll = true;        // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
+  uint32_t busy_poll_usecs = 20;
+  uint32_t busy_poll_budget = 64;
+};
+
+struct XskStats {
+  uint64_t rx_packets = 0, rx_bytes = 0;
+  uint64_t tx_packets = 0, tx_bytes = 0;
+  uint64_t tx_kicks = 0;         // sendto() calls that woke the TX path (syscalls)
+  uint64_t tx_kick_retries = 0;  // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
+  uint64_t rx_wakeups = 0;       // recvfrom() calls because the fill ring asked for a wakeup
+  uint64_t tx_ring_full = 0;     // frames that had to wait for a later flush
+  uint64_t fill_ring_empty = 0;  // times the kernel flagged the fill ring as needing frames
+  uint64_t pool_empty = 0;       // frame allocations that failed
+  // From the kernel (XDP_STATISTICS): frames it dropped for this socket.
+  uint64_t kernel_rx_dropped = 0, kernel_rx_ring_full = 0, kernel_fill_ring_empty = 0;
+  uint64_t kernel_tx_invalid = 0;
+};
+
+// Where every UMEM frame is: the four add up to `total` at all times.
+struct FrameAccount {
+  uint32_t total = 0;
+  uint32_t in_pool = 0;  // free, owned by the port
+  uint32_t in_fill = 0;  // given to the kernel for RX
+  uint32_t in_tx = 0;    // submitted for TX, completion not yet reaped
+  uint32_t held = 0;     // received frames and TX frames handed to the caller
+};
+
+struct RxFrame {
+  uint64_t addr;  // UMEM offset: give it back with ReleaseRx
+  uint8_t* data;
+  uint32_t len;
+};
+
+struct TxFrame {
+  uint64_t addr;
+  uint8_t* data;
+  uint32_t capacity;
+};
+
+class XskPort {
+ public:
+  static Result<std::unique_ptr<XskPort>> Open(const XskPortConfig& config);
+  ~XskPort();
+  XskPort(const XskPort&) = delete;
+  XskPort& operator=(const XskPort&) = delete;
+
+  int fd() const;
+  bool zero_copy() const { return zero_copy_; }
+  const std::string& ifname() const { return config_.ifname; }
+  uint32_t queue() const { return config_.queue; }
+  // One line on what busy polling does here ("on: 20 us, budget 64" or why not).
+  const std::string& busy_poll_status() const { return busy_poll_status_; }
+
+  // Takes up to out.size() received frames; the caller owns them until ReleaseRx. No syscall
+  // unless the kernel asked for a fill-ring wakeup.
+  uint32_t Receive(std::span<RxFrame> out);
+  // Gives a received frame (or an unused TX frame) back; the fill ring is topped up in batches.
+  void Release(uint64_t addr);
+
+  // A free frame to build an outgoing packet in, or nullopt when the pool is empty.
+  std::optional<TxFrame> AllocTx();
+  // Queues a built frame; it goes out on the next Flush.
+  void QueueTx(uint64_t addr, uint32_t len);
+  // Submits queued frames in one batch, kicks the TX path (copy mode always needs it; the
+  // kernel sends a bounded number per kick, so it loops, bounded), reaps completions and tops
+  // up the fill ring. Call once per worker-loop iteration.
+  void Flush();
+  // Waits (bounded) until every submitted TX frame has completed; for shutdown and tests.
+  bool DrainTx(uint32_t max_rounds = 1000);
+
+  XskStats stats() const;
+  FrameAccount frames() const;
+  // Index of the frame an address (with or without an offset into it) lies in.
+  uint32_t FrameIndex(uint64_t addr) const {
+    return static_cast<uint32_t>(addr / config_.frame_size);
+  }
+
+ private:
+  struct Rings;
+  explicit XskPort(const XskPortConfig& config);
+  void RefillFill();
+  void ReapCompletions();
+  void Kick();
+
+  XskPortConfig config_;
+  std::unique_ptr<Rings> rings_;
+  uint8_t* area_ = nullptr;
+  size_t area_size_ = 0;
+  bool zero_copy_ = false;
+  std::string busy_poll_status_;
+
+  std::vector<uint64_t> pool_;        // free frames (a stack: reuse the warmest frame first)
+  std::vector<uint64_t> pending_tx_;  // queued but not yet in the TX ring
+  std::vector<uint32_t> pending_len_;
+  uint32_t in_fill_ = 0, in_tx_ = 0, held_ = 0;
+  XskStats stats_;
+};
+
+}  // namespace xdpfwd

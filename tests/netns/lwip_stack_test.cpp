@@ -1,0 +1,334 @@
+// lwIP on the fast path over a real veth: an lwIP echo server answers a kernel client in the
+// client namespace (1 byte, 1 MiB, 100 MiB, hashes checked both ways) while ping to the same
+// address still reaches the kernel; an lwIP client connects out to a kernel server in the
+// server namespace. At the end every UMEM frame, custom pbuf and lwIP pcb is back.
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "stack/neighbor.h"
+#include "stack/worker.h"
+#include "tests/support/lwip_echo.h"
+#include "tests/support/netns_topology.h"
+#include "tests/support/tcp.h"
+#include "xdp/steer.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/stats.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint16_t kEchoPort = 9000;  // inside this test's own topology only
+
+in_addr Mask24() {
+  in_addr m{};
+  m.s_addr = htonl(0xffffff00u);
+  return m;
+}
+
+// One fast-path interface: steering program, AF_XDP port and lwIP netif on a root-side veth.
+struct FastInterface {
+  std::unique_ptr<SteerProgram> prog;
+  std::unique_ptr<XskPort> port;
+  std::unique_ptr<LwipNetif> netif;
+
+  void Open(const std::string& ifname, in_addr addr) {
+    auto p = SteerProgram::Attach(ifname);
+    ASSERT_TRUE(p) << p.error().message();
+    prog = std::move(*p);
+    XskPortConfig cfg;
+    cfg.ifname = ifname;
+    auto x = XskPort::Open(cfg);
+    ASSERT_TRUE(x) << x.error().message();
+    port = std::move(*x);
+    ASSERT_TRUE(prog->BindQueue(0, port->fd()));
+    const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+    auto mac = InterfaceMac(ifindex);
+    ASSERT_TRUE(mac) << mac.error().message();
+    auto mtu = InterfaceMtu(ifindex);
+    ASSERT_TRUE(mtu) << mtu.error().message();
+    LwipNetifConfig nc;
+    nc.ifindex = ifindex;
+    nc.mac = *mac;
+    nc.addr = addr;
+    nc.netmask = Mask24();
+    nc.mtu = static_cast<uint16_t>(*mtu);
+    nc.verify_tcp_checksum = false;  // veth: CHECKSUM_PARTIAL frames (docs/stack.md)
+    auto n = LwipNetif::Create(*port, nc);
+    ASSERT_TRUE(n) << n.error().message();
+    netif = std::move(*n);
+  }
+
+  // Counters for failure messages.
+  std::string Describe() {
+    const XskStats x = port->stats();
+    const NetifStats& n = netif->stats();
+    const SteerCounters c = prog->ReadCounters();
+    std::string out =
+        "xsk rx " + std::to_string(x.rx_packets) + " tx " + std::to_string(x.tx_packets) +
+        " kicks " + std::to_string(x.tx_kicks) + "; netif rx " + std::to_string(n.rx_frames) +
+        " tx " + std::to_string(n.tx_frames) + " no-neighbour " + std::to_string(n.tx_no_neighbor) +
+        " pool-empty " + std::to_string(n.tx_pool_empty) + "; lwip ip recv/drop/chkerr " +
+        std::to_string(lwip_stats.ip.recv) + "/" + std::to_string(lwip_stats.ip.drop) + "/" +
+        std::to_string(lwip_stats.ip.chkerr) + " tcp recv/drop/chkerr/proterr " +
+        std::to_string(lwip_stats.tcp.recv) + "/" + std::to_string(lwip_stats.tcp.drop) + "/" +
+        std::to_string(lwip_stats.tcp.chkerr) + "/" + std::to_string(lwip_stats.tcp.proterr) +
+        " link recv/drop " + std::to_string(lwip_stats.link.recv) + "/" +
+        std::to_string(lwip_stats.link.drop) + "; steer";
+    for (size_t r = 0; r < kSteerReasonCount; ++r) {
+      if (c[r].packets) {
+        out += " " + std::string(ReasonName(static_cast<SteerReason>(r))) + "=" +
+               std::to_string(c[r].packets);
+      }
+    }
+    return out;
+  }
+
+  void ExpectEverythingReturned() {
+    const FrameAccount f = port->frames();
+    EXPECT_EQ(netif->rx_pbufs_in_use(), 0u) << "custom pbufs still held by lwIP";
+    EXPECT_EQ(f.held, 0u) << "UMEM frames not given back";
+    EXPECT_EQ(f.in_tx, 0u);
+    EXPECT_EQ(f.in_pool + f.in_fill + f.in_tx + f.held, f.total);
+  }
+};
+
+// Runs the worker on its own thread; lwIP objects are created and destroyed on it.
+class WorkerThread {
+ public:
+  explicit WorkerThread(Worker& worker) : worker_(worker) {}
+  ~WorkerThread() { Stop(); }
+
+  // Runs `setup` on the worker thread, then the loop; `each` runs every iteration.
+  void Start(std::function<void()> setup, std::function<void()> each = {}) {
+    std::promise<void> ready;
+    auto started = ready.get_future();
+    thread_ = std::thread([this, setup, each, &ready] {
+      setup();
+      ready.set_value();
+      EXPECT_TRUE(worker_.Run(stop_, each));
+      worker_.Drain();
+      if (teardown_) teardown_();
+    });
+    started.wait();
+  }
+  void OnStop(std::function<void()> teardown) { teardown_ = std::move(teardown); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  Worker& worker_;
+  std::atomic<bool> stop_{false};
+  std::function<void()> teardown_;
+  std::thread thread_;
+};
+
+// Connection pcbs; listeners live in their own pool (MEMP_TCP_PCB_LISTEN).
+uint16_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
+uint16_t ListenersInUse() { return lwip_stats.memp[MEMP_TCP_PCB_LISTEN]->used; }
+
+class LwipStackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+    InitLwipOnce();
+  }
+};
+
+class LwipEchoTest : public LwipStackTest, public ::testing::WithParamInterface<uint64_t> {};
+
+TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
+  const uint64_t bytes = GetParam();
+  Topology topo;
+  FastInterface client_side;
+  client_side.Open(topo.client_side_if(), topo.client_gw());
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(client_side.prog->AddListener(topo.client_gw(), kEchoPort, 0));
+
+  Worker worker(-1);
+  worker.Add(client_side.netif.get());
+  const uint16_t pcbs_before = PcbsInUse();
+  const uint16_t listeners_before = ListenersInUse();
+  std::unique_ptr<LwipEchoServer> echo;
+  std::atomic<uint16_t> pcbs{0};
+  std::atomic<uint64_t> echoed{0};
+  WorkerThread thread(worker);
+  thread.OnStop([&] { echo.reset(); });
+  thread.Start([&] { echo = std::make_unique<LwipEchoServer>(topo.client_gw(), kEchoPort); },
+               [&] {
+                 pcbs = PcbsInUse();
+                 echoed = echo->bytes_echoed();
+               });
+
+  // The kernel still answers ping for the address lwIP serves TCP on.
+  const auto ping = topo.Run(topo.client_ns(), "ping -c 1 -W 2 " + ToString(topo.client_gw()));
+  EXPECT_EQ(ping.status, 0) << ping.output;
+
+  UniqueFd client = TcpConnect(topo.client_ns(), topo.client_gw(), kEchoPort);
+  StreamStats sent;
+  std::thread sender([&] { sent = SendPattern(client.get(), bytes, bytes); });
+  const StreamStats back = ReceiveAll(client.get());
+  sender.join();
+  EXPECT_EQ(sent.bytes, bytes);
+  EXPECT_EQ(back.bytes, bytes);
+  EXPECT_EQ(back.hash, sent.hash) << "echoed bytes differ from sent bytes";
+  client.reset();
+
+  // The server's pcb goes away once the client's last ACK arrives: poll, bounded.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (pcbs.load() != pcbs_before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(pcbs.load(), pcbs_before) << "the connection's pcb should be gone";
+  EXPECT_EQ(echoed.load(), bytes);
+  thread.Stop();
+  EXPECT_EQ(PcbsInUse(), pcbs_before);
+  EXPECT_EQ(ListenersInUse(), listeners_before);
+  client_side.ExpectEverythingReturned();
+
+  const XskStats xs = client_side.port->stats();
+  const WorkerStats ws = worker.stats();
+  const double mib = static_cast<double>(bytes) / (1 << 20);
+  std::printf(
+      "[ info ] %llu bytes each way: rx %llu frames, tx %llu frames, %llu TX kicks "
+      "(%.1f per MiB), %llu RX wakeups, %llu kernel rx drops, %llu tx ring full, "
+      "%llu no-neighbour\n",
+      static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(xs.rx_packets),
+      static_cast<unsigned long long>(xs.tx_packets), static_cast<unsigned long long>(xs.tx_kicks),
+      mib > 0 ? xs.tx_kicks / mib : 0.0, static_cast<unsigned long long>(xs.rx_wakeups),
+      static_cast<unsigned long long>(xs.kernel_rx_dropped + xs.kernel_rx_ring_full),
+      static_cast<unsigned long long>(xs.tx_ring_full),
+      static_cast<unsigned long long>(client_side.netif->stats().tx_no_neighbor));
+  (void)ws;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, LwipEchoTest,
+                         ::testing::Values(uint64_t{1}, uint64_t{1} << 20, uint64_t{100} << 20),
+                         [](const auto& p) { return std::to_string(p.param) + "_bytes"; });
+
+// lwIP opens a connection to a kernel server: the backend leg's flow entry goes in before the
+// SYN leaves, and the server's reply comes back through the steering program.
+struct ClientState {
+  tcp_pcb* pcb = nullptr;
+  Fnv1a hash;
+  uint64_t received = 0;
+  bool connected = false, done = false;
+};
+
+err_t ClientRecv(void* arg, tcp_pcb* pcb, pbuf* p, err_t) {
+  auto* st = static_cast<ClientState*>(arg);
+  if (p == nullptr) {
+    st->done = true;
+    tcp_arg(pcb, nullptr);
+    tcp_recv(pcb, nullptr);
+    st->pcb = nullptr;
+    if (tcp_close(pcb) != ERR_OK) {
+      tcp_abort(pcb);
+      return ERR_ABRT;
+    }
+    return ERR_OK;
+  }
+  for (pbuf* q = p; q != nullptr; q = q->next) st->hash.Update(q->payload, q->len);
+  st->received += p->tot_len;
+  tcp_recved(pcb, p->tot_len);
+  pbuf_free(p);
+  return ERR_OK;
+}
+
+err_t ClientConnected(void* arg, tcp_pcb* pcb, err_t) {
+  auto* st = static_cast<ClientState*>(arg);
+  st->connected = true;
+  static const char kHello[] = "hello from lwIP";
+  tcp_write(pcb, kHello, sizeof(kHello) - 1, 0);
+  tcp_output(pcb);
+  return ERR_OK;
+}
+
+TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
+  Topology topo;
+  FastInterface server_side;
+  server_side.Open(topo.server_side_if(), topo.server_gw());
+  if (HasFatalFailure()) return;
+
+  UniqueFd listener = TcpListen(topo.server_ns(), topo.server_addr());
+  const uint16_t server_port = LocalPort(listener.get());
+  // accept() must not outlive a failed test.
+  const timeval accept_timeout{10, 0};
+  setsockopt(listener.get(), SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof(accept_timeout));
+  constexpr uint64_t kReply = 4u << 20;
+  StreamStats replied;
+  std::string greeting;
+  std::thread server([&] {
+    UniqueFd conn(accept(listener.get(), nullptr, nullptr));
+    if (!conn) return;
+    char buf[64];
+    const ssize_t n = recv(conn.get(), buf, sizeof(buf), 0);
+    if (n > 0) greeting.assign(buf, static_cast<size_t>(n));
+    replied = SendPattern(conn.get(), 99, kReply);
+  });
+
+  Worker worker(-1);
+  worker.Add(server_side.netif.get());
+  const uint16_t pcbs_before = PcbsInUse();
+  ClientState st;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> received{0};
+  WorkerThread thread(worker);
+  thread.Start(
+      [&] {
+        st.pcb = tcp_new();
+        ip_addr_t local, remote;
+        ip_addr_set_ip4_u32(&local, topo.server_gw().s_addr);
+        ip_addr_set_ip4_u32(&remote, topo.server_addr().s_addr);
+        ASSERT_EQ(tcp_bind(st.pcb, &local, 0), ERR_OK);
+        const uint16_t local_port = st.pcb->local_port;
+        EXPECT_GE(local_port, 61000);
+        // The backend's packets arrive source-first: server address and port, then ours.
+        ASSERT_TRUE(server_side.prog->AddFlow(
+            {topo.server_addr(), topo.server_gw(), server_port, local_port}, 0, 0));
+        tcp_arg(st.pcb, &st);
+        tcp_recv(st.pcb, ClientRecv);
+        tcp_nagle_disable(st.pcb);
+        ASSERT_EQ(tcp_connect(st.pcb, &remote, server_port, ClientConnected), ERR_OK);
+      },
+      [&] {
+        done = st.done;
+        received = st.received;
+      });
+
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!done.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  server.join();
+  // The kernel side closes first, so lwIP's pcb is in LAST_ACK until the final ACK: poll.
+  const auto closed_by = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < closed_by && PcbsInUse() != pcbs_before) {
+    std::this_thread::sleep_for(5ms);
+  }
+  thread.Stop();
+  EXPECT_TRUE(st.connected) << server_side.Describe();
+  EXPECT_TRUE(done.load()) << "lwIP never saw the server's FIN";
+  EXPECT_EQ(greeting, "hello from lwIP");
+  EXPECT_EQ(received.load(), kReply);
+  EXPECT_EQ(st.hash.value(), replied.hash);
+  EXPECT_EQ(PcbsInUse(), pcbs_before);
+  server_side.ExpectEverythingReturned();
+}
+
+}  // namespace
+}  // namespace xdpfwd::test
