@@ -168,11 +168,16 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
   std::atomic<uint64_t> echoed{0};
   WorkerThread thread(worker);
   thread.OnStop([&] { echo.reset(); });
-  thread.Start([&] { echo = std::make_unique<LwipEchoServer>(topo.client_gw(), kEchoPort); },
-               [&] {
-                 pcbs = PcbsInUse();
-                 echoed = echo->bytes_echoed();
-               });
+  std::atomic<pid_t> worker_tid{0};
+  thread.Start(
+      [&] {
+        worker_tid = gettid();  // lets `strace -f` output be split by thread
+        echo = std::make_unique<LwipEchoServer>(topo.client_gw(), kEchoPort);
+      },
+      [&] {
+        pcbs = PcbsInUse();
+        echoed = echo->bytes_echoed();
+      });
 
   // The kernel still answers ping for the address lwIP serves TCP on.
   const auto ping = topo.Run(topo.client_ns(), "ping -c 1 -W 2 " + ToString(topo.client_gw()));
@@ -203,6 +208,7 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
   const XskStats xs = client_side.port->stats();
   const WorkerStats ws = worker.stats();
   const double mib = static_cast<double>(bytes) / (1 << 20);
+  std::printf("[ info ] worker tid %d\n", worker_tid.load());
   std::printf(
       "[ info ] %llu bytes each way: rx %llu frames, tx %llu frames, %llu TX kicks "
       "(%.1f per MiB), %llu RX wakeups, %llu kernel rx drops, %llu tx ring full, "
