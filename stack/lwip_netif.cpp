@@ -15,6 +15,11 @@ extern "C" {
 
 namespace xdpfwd {
 
+bool ShouldVerifyTcpChecksum(const std::string& ifname) {
+  auto driver = InterfaceDriver(ifname);
+  return !(driver && *driver == "veth");
+}
+
 struct LwipNetif::RxPbuf {
   pbuf_custom custom;  // first member: lwIP hands back the pbuf, we cast to RxPbuf
   LwipNetif* owner;

@@ -55,6 +55,10 @@ struct LwipNetifConfig {
   bool verify_tcp_checksum = true;
 };
 
+// The checksum policy for an interface (see LwipNetifConfig::verify_tcp_checksum): verify
+// unless the driver is veth. Unknown drivers are verified.
+bool ShouldVerifyTcpChecksum(const std::string& ifname);
+
 struct NetifStats {
   uint64_t rx_frames = 0;
   uint64_t rx_not_ipv4 = 0;  // not for lwIP (the steering program should never send these)

@@ -3,10 +3,14 @@
 #include "stack/neighbor.h"
 
 #include <arpa/inet.h>
+#include <linux/ethtool.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/sockios.h>
+#include <net/if.h>
 #include <net/if_arp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -427,6 +431,19 @@ Result<int> InterfaceMtu(int ifindex) {
   auto link = GetLink(ifindex);
   if (!link) return link.error();
   return link->mtu;
+}
+
+Result<std::string> InterfaceDriver(const std::string& ifname) {
+  UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) return SystemError("socket for ethtool");
+  ethtool_drvinfo info{};
+  info.cmd = ETHTOOL_GDRVINFO;
+  ifreq req{};
+  if (ifname.size() >= sizeof(req.ifr_name)) return Error{{}, "interface name too long: " + ifname};
+  std::memcpy(req.ifr_name, ifname.c_str(), ifname.size());
+  req.ifr_data = reinterpret_cast<char*>(&info);
+  if (ioctl(fd.get(), SIOCETHTOOL, &req) != 0) return SystemError(ifname + ": ethtool driver info");
+  return std::string(info.driver);
 }
 
 }  // namespace xdpfwd

@@ -52,4 +52,7 @@ Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr);
 Result<MacAddress> InterfaceMac(int ifindex);
 Result<int> InterfaceMtu(int ifindex);
 
+// The interface's driver as ethtool reports it ("veth", "mlx5_core", ...).
+Result<std::string> InterfaceDriver(const std::string& ifname);
+
 }  // namespace xdpfwd

@@ -10,6 +10,8 @@
 
 extern "C" {
 #include "lwip/init.h"
+#include "lwip/memp.h"
+#include "lwip/stats.h"
 #include "lwip/timeouts.h"
 }
 
@@ -61,6 +63,11 @@ WorkerStats Worker::stats() const {
     s.voluntary_switches = static_cast<uint64_t>(ru.ru_nvcsw);
     s.involuntary_switches = static_cast<uint64_t>(ru.ru_nivcsw);
   }
+  s.lwip_ip_drops = lwip_stats.ip.drop;
+  s.lwip_tcp_drops = lwip_stats.tcp.drop;
+  s.lwip_tcp_retransmits = lwip_stats.mib2.tcpretranssegs;
+  for (int i = 0; i < MEMP_MAX; ++i) s.lwip_memp_errors += lwip_stats.memp[i]->err;
+  s.lwip_heap_errors = lwip_stats.mem.err;
   return s;
 }
 

@@ -20,6 +20,10 @@ struct WorkerStats {
   // the polling core are the usual cause of tail latency.
   uint64_t minor_faults = 0, major_faults = 0;
   uint64_t voluntary_switches = 0, involuntary_switches = 0;
+  // lwIP's own counters (lwip_stats): segments dropped (bad checksum, no pcb, no memory, ...),
+  // retransmissions, and pool allocation failures.
+  uint64_t lwip_ip_drops = 0, lwip_tcp_drops = 0, lwip_tcp_retransmits = 0;
+  uint64_t lwip_memp_errors = 0, lwip_heap_errors = 0;
 };
 
 class Worker {

@@ -95,6 +95,7 @@
 #define MEM_STATS 1
 #define MEMP_STATS 1
 #define TCP_STATS 1
+#define MIB2_STATS 1            /* for tcpretranssegs: retransmissions the worker reports */
 #define IP_STATS 1
 #define LINK_STATS 1
 #define ETHARP_STATS 0

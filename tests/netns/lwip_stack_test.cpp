@@ -65,7 +65,8 @@ struct FastInterface {
     nc.addr = addr;
     nc.netmask = Mask24();
     nc.mtu = static_cast<uint16_t>(*mtu);
-    nc.verify_tcp_checksum = false;  // veth: CHECKSUM_PARTIAL frames (docs/stack.md)
+    nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(ifname);
+    EXPECT_FALSE(nc.verify_tcp_checksum) << "veth: CHECKSUM_PARTIAL frames (docs/stack.md)";
     auto n = LwipNetif::Create(*port, nc);
     ASSERT_TRUE(n) << n.error().message();
     netif = std::move(*n);
@@ -137,6 +138,14 @@ class WorkerThread {
   std::thread thread_;
 };
 
+// Every lwIP pool's and the heap's in-use counts, to compare before and after a test.
+std::vector<uint32_t> PoolUsage() {
+  std::vector<uint32_t> used;
+  for (int i = 0; i < MEMP_MAX; ++i) used.push_back(lwip_stats.memp[i]->used);
+  used.push_back(static_cast<uint32_t>(lwip_stats.mem.used));
+  return used;
+}
+
 // Connection pcbs; listeners live in their own pool (MEMP_TCP_PCB_LISTEN).
 uint16_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
 uint16_t ListenersInUse() { return lwip_stats.memp[MEMP_TCP_PCB_LISTEN]->used; }
@@ -163,20 +172,26 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
   worker.Add(client_side.netif.get());
   const uint16_t pcbs_before = PcbsInUse();
   const uint16_t listeners_before = ListenersInUse();
+  const std::vector<uint32_t> pools_before = PoolUsage();
   std::unique_ptr<LwipEchoServer> echo;
   std::atomic<uint16_t> pcbs{0};
   std::atomic<uint64_t> echoed{0};
   WorkerThread thread(worker);
   thread.OnStop([&] { echo.reset(); });
   std::atomic<pid_t> worker_tid{0};
+  std::vector<uint32_t> pools_serving;  // written on the worker thread before the loop
+  std::atomic<bool> pools_back{false};
   thread.Start(
       [&] {
         worker_tid = gettid();  // lets `strace -f` output be split by thread
         echo = std::make_unique<LwipEchoServer>(topo.client_gw(), kEchoPort);
+        pools_serving = PoolUsage();
       },
       [&] {
         pcbs = PcbsInUse();
         echoed = echo->bytes_echoed();
+        // lwIP's TCP timer frees its timeout entry on the tick after the last pcb goes.
+        pools_back = PoolUsage() == pools_serving;
       });
 
   // The kernel still answers ping for the address lwIP serves TCP on.
@@ -195,7 +210,8 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
 
   // The server's pcb goes away once the client's last ACK arrives: poll, bounded.
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (pcbs.load() != pcbs_before && std::chrono::steady_clock::now() < deadline) {
+  while (!(pcbs.load() == pcbs_before && pools_back.load()) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(5ms);
   }
   EXPECT_EQ(pcbs.load(), pcbs_before) << "the connection's pcb should be gone";
@@ -203,10 +219,13 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
   thread.Stop();
   EXPECT_EQ(PcbsInUse(), pcbs_before);
   EXPECT_EQ(ListenersInUse(), listeners_before);
+  EXPECT_EQ(PoolUsage(), pools_before) << "an lwIP pool (segments, pbufs, heap) did not return";
+  const WorkerStats ws = worker.stats();  // lwIP counters are process-wide: readable here
+  EXPECT_EQ(ws.lwip_memp_errors, 0u);
+  EXPECT_EQ(ws.lwip_heap_errors, 0u);
   client_side.ExpectEverythingReturned();
 
   const XskStats xs = client_side.port->stats();
-  const WorkerStats ws = worker.stats();
   const double mib = static_cast<double>(bytes) / (1 << 20);
   std::printf("[ info ] worker tid %d\n", worker_tid.load());
   std::printf(
@@ -219,7 +238,9 @@ TEST_P(LwipEchoTest, KernelClientGetsEveryByteBack) {
       static_cast<unsigned long long>(xs.kernel_rx_dropped + xs.kernel_rx_ring_full),
       static_cast<unsigned long long>(xs.tx_ring_full),
       static_cast<unsigned long long>(client_side.netif->stats().tx_no_neighbor));
-  (void)ws;
+  std::printf("[ info ] lwIP: %llu TCP retransmits, %llu TCP drops\n",
+              static_cast<unsigned long long>(ws.lwip_tcp_retransmits),
+              static_cast<unsigned long long>(ws.lwip_tcp_drops));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, LwipEchoTest,
@@ -290,9 +311,11 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   Worker worker(-1);
   worker.Add(server_side.netif.get());
   const uint16_t pcbs_before = PcbsInUse();
+  const std::vector<uint32_t> pools_before = PoolUsage();
   ClientState st;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> received{0};
+  std::atomic<bool> pools_back{false};
   WorkerThread thread(worker);
   thread.Start(
       [&] {
@@ -314,6 +337,7 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
       [&] {
         done = st.done;
         received = st.received;
+        pools_back = PoolUsage() == pools_before;
       });
 
   const auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -323,7 +347,7 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   server.join();
   // The kernel side closes first, so lwIP's pcb is in LAST_ACK until the final ACK: poll.
   const auto closed_by = std::chrono::steady_clock::now() + 5s;
-  while (std::chrono::steady_clock::now() < closed_by && PcbsInUse() != pcbs_before) {
+  while (std::chrono::steady_clock::now() < closed_by && !pools_back.load()) {
     std::this_thread::sleep_for(5ms);
   }
   thread.Stop();
@@ -333,6 +357,7 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   EXPECT_EQ(received.load(), kReply);
   EXPECT_EQ(st.hash.value(), replied.hash);
   EXPECT_EQ(PcbsInUse(), pcbs_before);
+  EXPECT_EQ(PoolUsage(), pools_before) << "an lwIP pool (segments, pbufs, heap) did not return";
   server_side.ExpectEverythingReturned();
 }
 

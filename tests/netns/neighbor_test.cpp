@@ -264,5 +264,14 @@ TEST_F(NeighborTest, UnknownInterfaceIsAnError) {
       << mtu.error().message();
 }
 
+TEST(InterfaceDriverTest, VethIsVethAndUnknownIsAnError) {
+  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  Topology topo;
+  auto driver = InterfaceDriver(topo.client_side_if());
+  ASSERT_TRUE(driver) << driver.error().message();
+  EXPECT_EQ(*driver, "veth");
+  EXPECT_FALSE(InterfaceDriver("xf-no-such-if"));
+}
+
 }  // namespace
 }  // namespace xdpfwd::test
