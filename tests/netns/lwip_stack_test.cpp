@@ -4,11 +4,13 @@
 // server namespace. At the end every UMEM frame, custom pbuf and lwIP pcb is back.
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -359,6 +361,41 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   EXPECT_EQ(PcbsInUse(), pcbs_before);
   EXPECT_EQ(PoolUsage(), pools_before) << "an lwIP pool (segments, pbufs, heap) did not return";
   server_side.ExpectEverythingReturned();
+}
+
+size_t OpenFds() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                           std::filesystem::directory_iterator()));
+}
+
+// Opening and closing the whole fast path leaves no fd behind, and the worker runs on the CPU
+// it was given.
+TEST_F(LwipStackTest, NoFdLeaksAndTheWorkerIsPinned) {
+  Topology topo;
+  const size_t fds_before = OpenFds();
+  for (int round = 0; round < 3; ++round) {
+    FastInterface fast;
+    fast.Open(topo.client_side_if(), topo.client_gw());
+    if (HasFatalFailure()) return;
+    Worker worker(round % 2);  // CPU 0, then 1, then 0
+    worker.Add(fast.netif.get());
+    std::atomic<int> cpu{-1};
+    std::atomic<uint64_t> iterations{0};
+    WorkerThread thread(worker);
+    thread.Start([] {},
+                 [&] {
+                   cpu = sched_getcpu();
+                   ++iterations;
+                 });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (iterations.load() < 1000 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    thread.Stop();
+    EXPECT_EQ(cpu.load(), round % 2);
+    fast.ExpectEverythingReturned();
+  }
+  EXPECT_EQ(OpenFds(), fds_before) << "an fd leaked across open/close of the fast path";
 }
 
 }  // namespace
