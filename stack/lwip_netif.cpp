@@ -133,6 +133,10 @@ LwipNetif::~LwipNetif() { netif_remove(netif_.get()); }
 Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNetifConfig& config) {
   std::unique_ptr<LwipNetif> self(new LwipNetif(port, config));
   self->rx_pbufs_.resize(port.frames().total);
+  for (RxPbuf& rx : self->rx_pbufs_) {
+    rx.owner = self.get();
+    rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
+  }
   ip4_addr_t addr, mask, gw;
   ip4_addr_set_u32(&addr, config.addr.s_addr);
   ip4_addr_set_u32(&mask, config.netmask.s_addr);
@@ -151,9 +155,7 @@ uint32_t LwipNetif::Poll(uint32_t budget) {
   for (uint32_t i = 0; i < n; ++i) {
     const RxFrame& f = frames[i];
     RxPbuf& rx = rx_pbufs_[port_.FrameIndex(f.addr)];
-    rx.owner = this;
     rx.addr = f.addr;
-    rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
     ++rx_pbufs_in_use_;
     pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom, f.data,
                                   static_cast<u16_t>(f.len));

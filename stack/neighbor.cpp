@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "stack/os/endpoint.h"
 #include "stack/os/unique_fd.h"
 
 namespace xdpfwd {
@@ -36,12 +37,6 @@ constexpr uint16_t kUsableStates =
     NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
 
 std::atomic<uint32_t> g_sequence{1};
-
-std::string Dotted(in_addr addr) {
-  char buf[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &addr, buf, sizeof(buf));
-  return buf;
-}
 
 // Copies a fixed-size struct out of reply bytes: memcpy, so no alignment or aliasing assumptions.
 template <typename T>
@@ -256,7 +251,7 @@ Result<std::optional<NeighborEntry>> GetNeighbor(int ifindex, in_addr addr) {
   Request request = NeighborRequest(RTM_GETNEIGH, 0, ifindex, addr, 0, 0);
   std::optional<NeighborEntry> entry;
   auto exchanged = Exchange(
-      request, "neighbour " + Dotted(addr) + " on interface index " + std::to_string(ifindex),
+      request, "neighbour " + ToString(addr) + " on interface index " + std::to_string(ifindex),
       [&](const Message& m) {
         const auto header = ReadStruct<ndmsg>(m.payload);
         if (m.type != RTM_NEWNEIGH || !header) return;
@@ -276,7 +271,7 @@ Result<std::optional<MacAddress>> UsableMac(const std::optional<NeighborEntry>& 
   if (!entry || !(entry->state & kUsableStates)) return std::optional<MacAddress>();
   if (!entry->mac) {
     return SystemError(
-        "neighbour " + Dotted(addr) + " on " + LinkName(ifindex) + " has no Ethernet address",
+        "neighbour " + ToString(addr) + " on " + LinkName(ifindex) + " has no Ethernet address",
         EAFNOSUPPORT);
   }
   return entry->mac;
@@ -290,7 +285,7 @@ Result<void> SendNeighborUse(int ifindex, in_addr addr) {
   Request request =
       NeighborRequest(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_ACK, ifindex, addr, NUD_NONE, NTF_USE);
   return Exchange(request,
-                  "ask the kernel to resolve " + Dotted(addr) + " on interface index " +
+                  "ask the kernel to resolve " + ToString(addr) + " on interface index " +
                       std::to_string(ifindex),
                   [](const Message&) {});
 }
@@ -310,7 +305,7 @@ Result<Route> LookupRoute(in_addr dst) {
   rtm.rtm_dst_len = 32;
   Request request(RTM_GETROUTE, 0, rtm);
   request.AddAttribute(RTA_DST, &dst.s_addr, sizeof(dst.s_addr));
-  const std::string what = "no route to " + Dotted(dst);
+  const std::string what = "no route to " + ToString(dst);
   Route route;
   std::optional<uint8_t> type;
   bool via_ipv6 = false;
@@ -331,11 +326,11 @@ Result<Route> LookupRoute(in_addr dst) {
     const std::string kind = *type == RTN_LOCAL       ? "local"
                              : *type == RTN_BROADCAST ? "broadcast"
                                                       : std::to_string(*type);
-    return SystemError(Dotted(dst) + " has a route of type " + kind + ", not one to a host",
+    return SystemError(ToString(dst) + " has a route of type " + kind + ", not one to a host",
                        EHOSTUNREACH);
   }
   if (via_ipv6) {
-    return SystemError("route to " + Dotted(dst) + " goes via an IPv6 next hop", EAFNOSUPPORT);
+    return SystemError("route to " + ToString(dst) + " goes via an IPv6 next hop", EAFNOSUPPORT);
   }
   auto link = GetLink(route.oif);
   if (!link) return link.error();
@@ -382,7 +377,7 @@ Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milli
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
   const char* name = (state & NUD_INCOMPLETE) ? "INCOMPLETE" : (state ? "FAILED" : "absent");
-  return SystemError(Dotted(addr) + " on " + LinkName(ifindex) + ": no ARP reply within " +
+  return SystemError(ToString(addr) + " on " + LinkName(ifindex) + ": no ARP reply within " +
                          std::to_string(timeout.count()) + " ms (entry " + name + ")",
                      EHOSTUNREACH);
 }
@@ -405,9 +400,9 @@ Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr) {
   });
   if (!dumped) return dumped.error();
   if (holders.empty())
-    return SystemError("no interface has address " + Dotted(addr), EADDRNOTAVAIL);
+    return SystemError("no interface has address " + ToString(addr), EADDRNOTAVAIL);
   if (holders.size() > 1) {
-    return SystemError(Dotted(addr) + " is on both " + LinkName(holders[0]) + " and " +
+    return SystemError(ToString(addr) + " is on both " + LinkName(holders[0]) + " and " +
                            LinkName(holders[1]) + "; name the interface",
                        EADDRNOTAVAIL);
   }

@@ -38,10 +38,15 @@ inline Result<Endpoint> ParseEndpoint(const std::string& text) {
   return ep;
 }
 
+// Dotted quad ("198.18.0.1").
+inline std::string ToString(const in_addr& addr) {
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &addr, buf, sizeof(buf));
+  return buf;
+}
+
 inline std::string ToString(const Endpoint& ep) {
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &ep.addr, buf, sizeof(buf));
-  return std::string(buf) + ":" + std::to_string(ep.port);
+  return ToString(ep.addr) + ":" + std::to_string(ep.port);
 }
 
 }  // namespace xdpfwd

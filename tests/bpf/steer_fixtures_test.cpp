@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "stack/xsk_port.h"
 #include "tests/support/packet_builder.h"
 #include "tests/support/tcp.h"
-#include "tests/support/test_xsk.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd::test {
@@ -34,6 +34,15 @@ in_addr Ip(const char* dotted) {
   return a;
 }
 
+// A socket only has to exist in the map for redirects to resolve; keep its UMEM small.
+XskPortConfig SmallPortOn(const std::string& ifname) {
+  XskPortConfig cfg;
+  cfg.ifname = ifname;
+  cfg.frame_count = 256;
+  cfg.ring_size = 64;
+  return cfg;
+}
+
 class SteerFixtureTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,7 +58,9 @@ class SteerFixtureTest : public ::testing::Test {
   }
 
   void BindSocket() {
-    xsk_ = TestXsk::Create("lo", 0);
+    auto port = XskPort::Open(SmallPortOn("lo"));
+    ASSERT_TRUE(port) << port.error().message();
+    xsk_ = std::move(*port);
     ASSERT_TRUE(prog_->BindQueue(0, xsk_->fd()));
   }
 
@@ -81,7 +92,7 @@ class SteerFixtureTest : public ::testing::Test {
   }
 
   std::unique_ptr<SteerProgram> prog_;
-  std::unique_ptr<TestXsk> xsk_;
+  std::unique_ptr<XskPort> xsk_;
 };
 
 TEST_F(SteerFixtureTest, SynToListenerInsertsFlowAndRedirects) {

@@ -14,15 +14,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <thread>
 
 #include "lossy.skel.h"
+#include "stack/xsk_port.h"
 #include "tests/support/child_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/packet_builder.h"
 #include "tests/support/tcp.h"
-#include "tests/support/test_xsk.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd::test {
@@ -58,7 +59,13 @@ TEST_F(SteerNetnsTest, SynReachesAfXdpSocketWhileOtherTrafficUsesTheKernel) {
     auto prog = SteerProgram::Attach(topo.client_side_if());
     ASSERT_TRUE(prog) << prog.error().message();
     EXPECT_EQ((*prog)->mode(), XdpMode::kNative);
-    auto xsk = TestXsk::Create(topo.client_side_if(), 0);
+    XskPortConfig cfg;
+    cfg.ifname = topo.client_side_if();
+    cfg.frame_count = 256;
+    cfg.ring_size = 64;
+    auto port = XskPort::Open(cfg);
+    ASSERT_TRUE(port) << port.error().message();
+    auto& xsk = *port;
     ASSERT_TRUE((*prog)->BindQueue(0, xsk->fd()));
     ASSERT_TRUE((*prog)->AddListener(topo.client_gw(), kListenPort, 1));
 
@@ -98,17 +105,24 @@ TEST_F(SteerNetnsTest, SynReachesAfXdpSocketWhileOtherTrafficUsesTheKernel) {
     });
     const uint16_t client_port = LocalPort(syn_client.get());
     bool saw_syn = false;
-    for (int i = 0; i < 20 && !saw_syn; ++i) {
-      for (const auto& f : xsk->Receive(100ms)) {
-        ASSERT_GE(f.size(), 54u);
-        const uint8_t* ip = f.data() + 14;
+    std::array<RxFrame, 64> rx{};
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (!saw_syn && std::chrono::steady_clock::now() < deadline) {
+      const uint32_t n = xsk->Receive(rx);
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint8_t* f = rx[i].data;
+        EXPECT_GE(rx[i].len, 54u);
+        const uint8_t* ip = f + 14;
         const uint8_t* tcp = ip + (ip[0] & 0x0f) * 4;
         const uint16_t sport = static_cast<uint16_t>(tcp[0] << 8 | tcp[1]);
         const uint16_t dport = static_cast<uint16_t>(tcp[2] << 8 | tcp[3]);
         EXPECT_EQ(f[12] << 8 | f[13], 0x0800);
         EXPECT_EQ(ip[9], 6);
         if (sport == client_port && dport == kListenPort && (tcp[13] & kSyn)) saw_syn = true;
+        xsk->Release(rx[i].addr);
       }
+      xsk->Flush();
+      if (n == 0) std::this_thread::sleep_for(1ms);
     }
     EXPECT_TRUE(saw_syn) << "the client's SYN never reached the AF_XDP socket";
     auto flow =

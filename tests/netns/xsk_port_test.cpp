@@ -2,6 +2,7 @@
 // and reach the client namespace's kernel, whose answers come back through the steering
 // program into the RX ring. Every UMEM frame is accounted for at the end.
 #include <gtest/gtest.h>
+#include <net/if.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "stack/neighbor.h"
 #include "stack/xsk_port.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/packet_builder.h"
@@ -21,13 +23,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Mac ReadMac(const std::string& ns, const std::string& ifname) {
-  const std::string text = RunCommand(ns, "cat /sys/class/net/" + ifname + "/address").output;
+// An interface's MAC as the project reads it (stack/neighbor), from inside `ns`.
+Mac MacOf(const std::string& ns, const std::string& ifname) {
   Mac mac{};
-  unsigned b[6] = {};
-  EXPECT_EQ(
-      std::sscanf(text.c_str(), "%x:%x:%x:%x:%x:%x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]), 6);
-  for (int i = 0; i < 6; ++i) mac[static_cast<size_t>(i)] = static_cast<uint8_t>(b[i]);
+  RunInNamespace(ns, [&] {
+    auto found = InterfaceMac(static_cast<int>(if_nametoindex(ifname.c_str())));
+    ASSERT_TRUE(found) << found.error().message();
+    mac = *found;
+  });
   return mac;
 }
 
@@ -73,8 +76,8 @@ class XskPortTest : public ::testing::Test {
     ASSERT_TRUE(port) << port.error().message();
     port_ = std::move(*port);
     ASSERT_TRUE(prog_->BindQueue(0, port_->fd()));
-    root_mac_ = ReadMac("", topo_.client_side_if());
-    client_mac_ = ReadMac(topo_.client_ns(), Topology::kNsIf);
+    root_mac_ = MacOf("", topo_.client_side_if());
+    client_mac_ = MacOf(topo_.client_ns(), Topology::kNsIf);
   }
 
   void TearDown() override {

@@ -7,9 +7,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,8 +20,7 @@
 #include <vector>
 
 #include "stack/os/unique_fd.h"
-
-extern char** environ;
+#include "tests/support/child_process.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -58,47 +55,10 @@ bool RouteExists(const std::string& prefix) {
 
 }  // namespace
 
-std::string ToString(const in_addr& addr) {
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &addr, buf, sizeof(buf));
-  return buf;
-}
-
 CommandResult RunCommand(const std::string& ns, const std::string& command) {
   const std::string full = ns.empty() ? command : "ip netns exec " + Quote(ns) + " " + command;
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0)
-    throw std::runtime_error("pipe2: " + std::string(strerror(errno)));
-  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  const char* argv[] = {"/bin/sh", "-c", full.c_str(), nullptr};
-  pid_t pid = -1;
-  const int err =
-      posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) throw std::runtime_error("posix_spawn sh: " + std::string(strerror(err)));
-  write_end.reset();
-
-  CommandResult result;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(read_end.get(), buf, sizeof(buf));
-    if (n > 0) {
-      result.output.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
-  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
-  return result;
+  const RunResult r = RunProgram({"/bin/sh", "-c", full}, std::chrono::seconds(60));
+  return CommandResult{r.status, r.output};
 }
 
 void RunInNamespace(const std::string& ns, const std::function<void()>& fn) {

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "stack/os/endpoint.h"
+
 namespace xdpfwd::test {
 
 struct CommandResult {
@@ -25,7 +27,7 @@ void RunInNamespace(const std::string& ns, const std::function<void()>& fn);
 bool WaitForTcpPort(const std::string& ns, const in_addr& addr, uint16_t port,
                     std::chrono::milliseconds timeout);
 
-std::string ToString(const in_addr& addr);
+using xdpfwd::ToString;  // stack/os/endpoint.h: dotted quad
 
 struct TopologyOptions {
   int mtu = 1500;
