@@ -1,5 +1,6 @@
-// What lwIP calls into xdpfwd: the millisecond clock behind its timers (sys_now) and the
-// initial-sequence-number hook (RFC 6528: clock plus a keyed hash of the 4-tuple).
+// What lwIP calls into xdpfwd: the millisecond clock behind its timers (sys_now), routing by
+// source address, and the initial-sequence-number hook (RFC 6528: clock plus a keyed hash of
+// the 4-tuple).
 #include <sys/random.h>
 #include <time.h>
 
@@ -9,6 +10,7 @@
 #include <initializer_list>
 
 extern "C" {
+#include "lwip/netif.h"
 #include "lwip/sys.h"
 #include "xdpfwd_lwip_hooks.h"
 }
@@ -82,4 +84,13 @@ extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,
   // RFC 6528's M: a timer ticking every 4 microseconds.
   const uint64_t ticks = MonotonicNanos() / 4000u;
   return static_cast<u32_t>(ticks + SipHash24(IsnKey(), addrs, ports));
+}
+
+extern "C" struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t*) {
+  if (src == nullptr || ip4_addr_isany(src)) return nullptr;
+  struct netif* nif;
+  NETIF_FOREACH(nif) {
+    if (netif_is_up(nif) && ip4_addr_cmp(netif_ip4_addr(nif), src)) return nif;
+  }
+  return nullptr;
 }

@@ -39,14 +39,18 @@
 #define MEM_LIBC_MALLOC 0
 #define MEMP_MEM_MALLOC 0
 #define MEM_ALIGNMENT 8
-#define MEM_SIZE (16 * 1024 * 1024)  /* heap for PBUF_RAM: copied TX data and headers */
+/* Heap for PBUF_RAM: relayed data copied into send queues, and backlogs a slow reader holds
+ * (a backlog is copied out of UMEM so it never pins frames). 64 MiB covers 32 bulk legs with full
+ * 1 MiB windows; untouched pages cost no memory. */
+#define MEM_SIZE (64 * 1024 * 1024)
 #define MEMP_NUM_PBUF 8192           /* PBUF_REF/ROM: zero-copy tcp_write of received data */
 #define PBUF_POOL_SIZE 256           /* RX uses custom pbufs over UMEM frames instead */
 #define PBUF_POOL_BUFSIZE 2048
 /* Received frames enter lwIP as custom pbufs over UMEM (zero-copy) and go back to the port's
  * pool from their free callback. lwIP only turns this on by itself for IP fragmentation. */
 #define LWIP_SUPPORT_CUSTOM_PBUF 1
-#define MEMP_NUM_TCP_PCB 8192
+/* Two pcbs per relayed connection, plus TIME_WAIT ones: 16k connections. */
+#define MEMP_NUM_TCP_PCB 32768
 #define MEMP_NUM_TCP_PCB_LISTEN 64
 #define MEMP_NUM_TCP_SEG 32768       /* one pool shared by every connection's queues */
 #define MEMP_NUM_SYS_TIMEOUT 8
@@ -70,8 +74,9 @@
 #define LWIP_TCP_MAX_SACK_NUM 4
 #define TCP_OVERSIZE TCP_MSS
 #define LWIP_TCP_TIMESTAMPS 0
-#define TCP_LISTEN_BACKLOG 1
-#define TCP_DEFAULT_LISTEN_BACKLOG 255
+/* lwIP's backlog counter is a u8 (at most 255 handshakes in flight per listener); the relay
+ * accepts at once and enforces its own connection cap, so the backlog is off. */
+#define TCP_LISTEN_BACKLOG 0
 /* lwIP ticks its fast timer (delayed ACKs, refused data) every TCP_TMR_INTERVAL and its slow
  * timer (RTO, TIME_WAIT) every two. 250 ms is far too coarse for a relay on a LAN. */
 #define TCP_TMR_INTERVAL 10
@@ -80,6 +85,10 @@
 #define TCP_LOCAL_PORT_RANGE_START 61000
 #define TCP_LOCAL_PORT_RANGE_END 65535
 #define LWIP_RANDOMIZE_INITIAL_LOCAL_PORTS 0
+/* TIME_WAIT lasts 2 * TCP_MSL. RFC 793's two minutes assume internet-wide segment lifetimes; a
+ * forwarder's legs are a LAN hop, and the relay's own port allocator recycles backend ports
+ * safely anyway (ISNs grow with the clock). 4 s still absorbs a retransmitted final FIN. */
+#define TCP_MSL 2000UL
 #define TCP_ENSURE_LOCAL_PORT_RANGE(port) \
   ((u16_t)(TCP_LOCAL_PORT_RANGE_START +   \
            ((port) % (TCP_LOCAL_PORT_RANGE_END - TCP_LOCAL_PORT_RANGE_START + 1))))
@@ -88,6 +97,9 @@
 #define LWIP_HOOK_FILENAME "xdpfwd_lwip_hooks.h"
 #define LWIP_HOOK_TCP_ISN(local_ip, local_port, remote_ip, remote_port) \
   xdpfwd_tcp_isn((local_ip), (local_port), (remote_ip), (remote_port))
+/* Route by source address first: a reply leaves through the netif that owns the connection's
+ * local address (the client side or the backend side), whatever lwIP's subnet match says. */
+#define LWIP_HOOK_IP4_ROUTE_SRC(src, dest) xdpfwd_route_by_source((src), (dest))
 
 /* ---- statistics: counters and leak checks read these ---- */
 #define LWIP_STATS 1

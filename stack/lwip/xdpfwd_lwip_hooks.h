@@ -1,10 +1,12 @@
 /* Hooks lwIP calls into xdpfwd (see LWIP_HOOK_* in lwipopts.h). Included by lwIP's C files
- * and by C++; the definitions live in stack/lwip_glue.cpp. */
+ * and by C++; the definitions live in stack/lwip_hooks.cpp. */
 #ifndef XDPFWD_LWIP_HOOKS_H
 #define XDPFWD_LWIP_HOOKS_H
 
 #include "lwip/arch.h"
 #include "lwip/ip_addr.h"
+
+struct netif;
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,6 +15,9 @@ extern "C" {
 /* Initial sequence number for a new connection: keyed hash of the 4-tuple plus a clock. */
 u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port, const ip_addr_t* remote_ip,
                      u16_t remote_port);
+
+/* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
+struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,377 @@
+// Fast-path set-up and lifetime (see fast_path.h): interface discovery from the kernel, XDP and
+// AF_XDP per interface, the worker thread that owns lwIP and the relay.
+#include "forwarder/fast_path.h"
+
+#include <net/if.h>
+#include <time.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "forwarder/relay.h"
+#include "stack/lwip_netif.h"
+#include "stack/neighbor.h"
+#include "stack/os/log.h"
+#include "stack/worker.h"
+#include "stack/xsk_port.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/stats.h"
+}
+
+namespace xdpfwd {
+namespace {
+
+uint64_t MonotonicMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000u;
+}
+
+// The kernel's ephemeral port range: the backend legs' ports must stay out of it, or a kernel
+// connection to the same backend could get the same 4-tuple and lose its packets to us.
+Result<void> CheckEphemeralRange(const PortRange& ours) {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned lo = 0, hi = 0;
+  if (!(f >> lo >> hi)) return {};  // not readable: nothing to compare with
+  if (ours.first <= hi && lo <= ours.last) {
+    return Error{{},
+                 "the kernel's ephemeral ports (net.ipv4.ip_local_port_range " +
+                     std::to_string(lo) + "-" + std::to_string(hi) +
+                     ") overlap the fast path's backend ports " + std::to_string(ours.first) + "-" +
+                     std::to_string(ours.last) +
+                     "; narrow the kernel's range (sysctl -w "
+                     "net.ipv4.ip_local_port_range=\"32768 60999\") or pass --backend-ports"};
+  }
+  return {};
+}
+
+int RxQueueCount(const std::string& ifname) {
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/sys/class/net/" + ifname + "/queues", ec)) {
+    if (e.path().filename().string().rfind("rx-", 0) == 0) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+struct FastPath::Impl {
+  struct Interface {
+    std::string name;
+    int ifindex = 0;
+    in_addr addr{};     // the one address lwIP answers on here
+    in_addr gateway{};  // next hop for destinations that are not on-link (0: all on-link)
+    std::unique_ptr<SteerProgram> steer;
+    std::unique_ptr<XskPort> port;
+    std::unique_ptr<LwipNetif> netif;  // created and destroyed on the worker thread
+    LwipNetifConfig netif_config;
+  };
+
+  FastPathConfig config;
+  std::vector<std::unique_ptr<Interface>> ifaces;
+  std::vector<RelayRule> relay_rules;
+  std::unique_ptr<Worker> worker;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::unique_ptr<Relay> relay;  // worker thread only
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> snapshot_wanted{false};
+  uint64_t snapshot_seq = 0;     // under mu
+  FastPathSnapshot snapshot;     // under mu
+  std::string final_steer_line;  // the steering counters as they were at Stop
+
+  Result<Interface*> GetInterface(const std::string& name, in_addr addr, in_addr gateway);
+  Result<void> OpenInterface(Interface& i);
+  Result<void> WorkerSetup();
+  void WorkerTeardown();
+  void Publish();
+};
+
+Result<FastPath::Impl::Interface*> FastPath::Impl::GetInterface(const std::string& name,
+                                                                in_addr addr, in_addr gateway) {
+  for (auto& i : ifaces) {
+    if (i->name != name) continue;
+    if (i->addr.s_addr != addr.s_addr) {
+      return Error{
+          {},
+          name + ": the fast path answers on one address per interface, and rules need both " +
+              ToString(i->addr) + " and " + ToString(addr) + " there"};
+    }
+    if (gateway.s_addr != 0) i->gateway = gateway;
+    return i.get();
+  }
+  auto i = std::make_unique<Interface>();
+  i->name = name;
+  i->addr = addr;
+  i->gateway = gateway;
+  ifaces.push_back(std::move(i));
+  return ifaces.back().get();
+}
+
+Result<void> FastPath::Impl::OpenInterface(Interface& i) {
+  i.ifindex = static_cast<int>(if_nametoindex(i.name.c_str()));
+  if (i.ifindex == 0) return SystemError("interface " + i.name);
+  auto mac = InterfaceMac(i.ifindex);
+  if (!mac) return mac.error();
+  auto mtu = InterfaceMtu(i.ifindex);
+  if (!mtu) return mtu.error();
+  if (const int queues = RxQueueCount(i.name); queues > 1) {
+    Log(i.name + ": " + std::to_string(queues) + " RX queues; the fast path serves queue " +
+        std::to_string(config.queue) +
+        " only, flows hashed to other queues reach the kernel (one queue: ethtool -L " + i.name +
+        " combined 1)");
+  }
+  auto steer = SteerProgram::Attach(i.name, config.steer);
+  if (!steer) return steer.error();
+  i.steer = std::move(*steer);
+  XskPortConfig pc;
+  pc.ifname = i.name;
+  pc.queue = config.queue;
+  auto port = XskPort::Open(pc);
+  if (!port) return port.error();
+  i.port = std::move(*port);
+  if (auto r = i.steer->BindQueue(config.queue, i.port->fd()); !r) return r.error();
+  LwipNetifConfig& nc = i.netif_config;
+  nc.ifindex = i.ifindex;
+  nc.mac = *mac;
+  nc.addr = i.addr;
+  // A /32 with the route's gateway: on-link destinations only where there is no gateway (the
+  // client side), everything through the gateway where the kernel routes the backend via one.
+  nc.netmask.s_addr = i.gateway.s_addr == 0 ? 0 : 0xffffffffu;
+  nc.gateway = i.gateway;
+  nc.mtu = static_cast<uint16_t>(*mtu);
+  nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(i.name);
+  return {};
+}
+
+Result<void> FastPath::Impl::WorkerSetup() {
+  InitLwipOnce();
+  worker = std::make_unique<Worker>(config.cpu);
+  for (auto& i : ifaces) {
+    auto netif = LwipNetif::Create(*i->port, i->netif_config);
+    if (!netif) return netif.error();
+    i->netif = std::move(*netif);
+    worker->Add(i->netif.get());
+  }
+  RelayConfig rc;
+  rc.rules = relay_rules;
+  rc.limits = config.limits;
+  rc.backend_ports = config.backend_ports;
+  auto r = Relay::Create(rc);
+  if (!r) return r.error();
+  relay = std::move(*r);
+  return {};
+}
+
+void FastPath::Impl::WorkerTeardown() {
+  relay.reset();  // resets open connections: let the RSTs go out
+  for (int i = 0; i < 3; ++i) worker->RunOnce();
+  worker->Drain();
+  for (auto& i : ifaces) i->netif.reset();
+}
+
+void FastPath::Impl::Publish() {
+  FastPathSnapshot s;
+  s.relay = relay->counters().Snapshot();
+  const RelayState st = relay->state();
+  s.connections = st.connections;
+  s.closing_flows = st.closing_flows;
+  for (auto& i : ifaces) {
+    s.flows += i->steer->FlowCount();
+    const FrameAccount f = i->port->frames();
+    s.frames_held += f.held;
+    const XskStats x = i->port->stats();
+    s.rx_packets += x.rx_packets;
+    s.tx_packets += x.tx_packets;
+    s.tx_kicks += x.tx_kicks;
+  }
+  s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
+  s.lwip_heap_bytes = lwip_stats.mem.used;
+  const WorkerStats w = worker->stats();
+  s.minor_faults = w.minor_faults;
+  s.involuntary_switches = w.involuntary_switches;
+  s.lwip_retransmits = w.lwip_tcp_retransmits;
+  s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
+  s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
+  std::lock_guard lock(mu);
+  snapshot = s;
+  ++snapshot_seq;
+  cv.notify_all();
+}
+
+FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
+  if (auto r = CheckEphemeralRange(config.backend_ports); !r) return r.error();
+
+  struct Sides {
+    Impl::Interface* client;
+    Impl::Interface* backend;
+  };
+  std::vector<Sides> sides;
+  for (const Rule& rule : config.rules) {
+    const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
+    if (!rule.listen.is_ipv4() || !rule.backend.is_ipv4()) {
+      return Error{{}, what + ": the fast path is IPv4 only (use --path kernel or auto)"};
+    }
+    const Endpoint listen = rule.listen.ipv4();
+    const Endpoint backend = rule.backend.ipv4();
+    if (rule.listen.is_any()) {
+      return Error{{}, what + ": the fast path needs a concrete listen address, not 0.0.0.0"};
+    }
+    std::string listen_if = config.listen_iface;
+    if (listen_if.empty()) {
+      auto holder = InterfaceWithAddress(listen.addr);
+      if (!holder) return Error{{}, what + ": " + holder.error().message()};
+      listen_if = holder->second;
+    }
+    auto route = LookupRoute(backend.addr);
+    if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
+    std::string backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
+    in_addr source = route->prefsrc;
+    if (backend_if == listen_if) source = listen.addr;
+    if (source.s_addr == 0) {
+      return Error{{},
+                   what + ": the kernel's route to " + ToString(backend.addr) + " via " +
+                       backend_if + " has no source address"};
+    }
+    auto client_side = impl->GetInterface(listen_if, listen.addr, in_addr{});
+    if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
+    auto backend_side = impl->GetInterface(backend_if, source, route->gateway);
+    if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
+    sides.push_back({*client_side, *backend_side});
+  }
+  for (auto& i : impl->ifaces) {
+    if (auto r = impl->OpenInterface(*i); !r) return r.error();
+  }
+  for (size_t k = 0; k < config.rules.size(); ++k) {
+    const Rule& rule = config.rules[k];
+    RelayRule rr;
+    rr.id = rule.id;
+    rr.listen = rule.listen.ipv4();
+    rr.backend = rule.backend.ipv4();
+    rr.backend_source = sides[k].backend->addr;
+    rr.client_side = sides[k].client->steer.get();
+    rr.backend_side = sides[k].backend->steer.get();
+    if (auto r = rr.client_side->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
+      return r.error();
+    }
+    impl->relay_rules.push_back(rr);
+  }
+
+  // The worker owns lwIP from here on; set-up errors come back through the promise.
+  std::promise<Result<void>> started;
+  auto ready = started.get_future();
+  Impl* p = impl.get();
+  impl->thread = std::thread([p, &started] {
+    if (auto r = p->WorkerSetup(); !r) {
+      if (p->relay) p->relay.reset();
+      for (auto& i : p->ifaces) i->netif.reset();
+      started.set_value(r);
+      return;
+    }
+    started.set_value(Result<void>());
+    auto r = p->worker->Run(p->stop, [p] {
+      p->relay->Tick(MonotonicMs());
+      if (p->snapshot_wanted.exchange(false, std::memory_order_relaxed)) p->Publish();
+    });
+    if (!r) Log("worker: " + r.error().message());
+    p->WorkerTeardown();
+  });
+  if (auto r = ready.get(); !r) {
+    impl->thread.join();
+    return r.error();
+  }
+
+  std::unique_ptr<FastPath> fp(new FastPath(std::move(impl)));
+  std::string d;
+  for (const auto& i : fp->impl_->ifaces) {
+    if (!d.empty()) d += ", ";
+    d += i->name + " (" + ToString(i->addr) + ", XDP " + std::string(ModeName(i->steer->mode())) +
+         ", queue " + std::to_string(config.queue) + ", " +
+         (i->port->zero_copy() ? "zero-copy" : "copy mode") + ")";
+  }
+  fp->description_ = d;
+  return fp;
+}
+
+FastPathSnapshot FastPath::Snapshot() {
+  std::unique_lock lock(impl_->mu);
+  if (!impl_->thread.joinable()) return impl_->snapshot;
+  const uint64_t seen = impl_->snapshot_seq;
+  impl_->snapshot_wanted = true;
+  impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
+  return impl_->snapshot;
+}
+
+std::string FastPath::SteerCountersLine() const {
+  if (impl_->ifaces.empty()) return impl_->final_steer_line;
+  SteerCounters sum{};
+  for (const auto& i : impl_->ifaces) {
+    const SteerCounters c = i->steer->ReadCounters();
+    for (size_t r = 0; r < kSteerReasonCount; ++r) {
+      sum[r].packets += c[r].packets;
+      sum[r].bytes += c[r].bytes;
+    }
+  }
+  std::string out;
+  for (size_t r = 0; r < kSteerReasonCount; ++r) {
+    if (sum[r].packets == 0) continue;
+    if (!out.empty()) out += ' ';
+    out +=
+        std::string(ReasonName(static_cast<SteerReason>(r))) + "=" + std::to_string(sum[r].packets);
+  }
+  return out.empty() ? "(no packets)" : out;
+}
+
+void FastPath::Stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  {
+    // A last snapshot, so the exit summary has the final numbers.
+    std::unique_lock lock(impl_->mu);
+    const uint64_t seen = impl_->snapshot_seq;
+    impl_->snapshot_wanted = true;
+    impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
+  }
+  impl_->stop = true;
+  impl_->thread.join();
+  impl_->final_steer_line = SteerCountersLine();
+  for (auto& i : impl_->ifaces) {
+    if (i->steer) (void)i->steer->UnbindQueue(impl_->config.queue);
+  }
+  impl_->ifaces.clear();  // closes the ports, detaches XDP
+}
+
+FastPath::~FastPath() { Stop(); }
+
+std::string FastPathSnapshot::Format() const {
+  return relay.Format() + " connections=" + std::to_string(connections) +
+         " flows=" + std::to_string(flows) + " closing_flows=" + std::to_string(closing_flows) +
+         " lwip_pcbs=" + std::to_string(lwip_pcbs) +
+         " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +
+         " frames_held=" + std::to_string(frames_held) +
+         " rx_packets=" + std::to_string(rx_packets) + " tx_packets=" + std::to_string(tx_packets) +
+         " tx_kicks=" + std::to_string(tx_kicks) +
+         " retransmits=" + std::to_string(lwip_retransmits) +
+         " lwip_drops=" + std::to_string(lwip_drops) +
+         " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +
+         " worker_minor_faults=" + std::to_string(minor_faults) +
+         " worker_involuntary_switches=" + std::to_string(involuntary_switches);
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,70 @@
+// The fast path as one object: finds the interfaces from the kernel, attaches the steering
+// program to each, opens an AF_XDP port and an lwIP netif per interface, and runs the relay on
+// a pinned busy-polling worker thread. Stopping it resets open connections, detaches XDP and
+// removes every flow entry it made.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forwarder/backend_ports.h"
+#include "forwarder/relay_counters.h"
+#include "forwarder/rules.h"
+#include "stack/os/result.h"
+#include "xdp/steer.h"
+
+namespace xdpfwd {
+
+struct FastPathConfig {
+  std::vector<Rule> rules;  // IPv4 rules with a concrete listen address
+  RelayLimits limits;
+  int cpu = -1;               // worker core; -1: not pinned
+  std::string listen_iface;   // empty: the interface holding the listen address
+  std::string backend_iface;  // empty: the kernel's route to the backend
+  PortRange backend_ports;
+  SteerOptions steer;
+  uint32_t queue = 0;
+};
+
+// What the worker last published; read from any thread.
+struct FastPathSnapshot {
+  RelayTotals relay;
+  uint64_t connections = 0;      // live relay connections
+  uint64_t closing_flows = 0;    // flow entries lingering after close
+  uint64_t flows = 0;            // entries in all steering maps
+  uint64_t lwip_pcbs = 0;        // lwIP connection pcbs in use (TIME_WAIT included)
+  uint64_t lwip_heap_bytes = 0;  // lwIP heap in use
+  uint64_t frames_held = 0;      // UMEM frames held by lwIP (received data not yet released)
+  uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
+  uint64_t minor_faults = 0, involuntary_switches = 0;
+  uint64_t lwip_retransmits = 0, lwip_drops = 0, lwip_pool_errors = 0;
+  std::string Format() const;
+};
+
+class FastPath {
+ public:
+  static Result<std::unique_ptr<FastPath>> Start(const FastPathConfig& config);
+  ~FastPath();  // Stop()
+  FastPath(const FastPath&) = delete;
+  FastPath& operator=(const FastPath&) = delete;
+
+  void Stop();
+  // "xdp native on veth-c (queue 0, copy mode), backends via veth-s from 198.19.0.1".
+  const std::string& description() const { return description_; }
+  // Asks the worker for fresh numbers and waits for them (bounded); falls back to the last ones.
+  FastPathSnapshot Snapshot();
+  // Steering decisions summed over interfaces, as "redirect_new_flow=3 pass_not_ipv4=2".
+  std::string SteerCountersLine() const;
+
+  struct Impl;
+
+ private:
+  explicit FastPath(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string description_;
+};
+
+}  // namespace xdpfwd

@@ -1,0 +1,120 @@
+// The kernel-socket path: one event loop per thread (kernel_path_loop.cpp), started together
+// and stopped together, and the totals summed over them.
+#include "forwarder/kernel_path.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <system_error>
+
+#include "forwarder/kernel_path_loop.h"
+#include "forwarder/kernel_path_pump.h"
+#include "stack/os/log.h"
+
+namespace xdpfwd {
+namespace {
+
+int CpusWeMayUse() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+// A connection holds two sockets, and two pipes (four descriptors) while bytes are in flight
+// both ways. Like HAProxy does for its maxconn, raise the soft limit towards what
+// max_connections may need, as far as the hard limit allows. Warn only if not even the sockets
+// fit: without descriptors for a pipe, a direction falls back to copying.
+void RaiseOpenFileLimit(const KernelPathConfig& config, int threads) {
+  const rlim_t fixed = 64 + static_cast<rlim_t>(threads) * (config.rules.size() + 3);
+  const rlim_t connections = config.limits.max_connections;
+  const rlim_t want = fixed + 6 * connections;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= want) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = std::min(want, limit.rlim_max);
+  if (limit.rlim_cur > before && setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
+  if (limit.rlim_cur > before) {
+    LogDetail("kernel path: open-file limit raised from " + std::to_string(before) + " to " +
+              std::to_string(limit.rlim_cur));
+  }
+  if (limit.rlim_cur < fixed + 2 * connections) {
+    const rlim_t fit = limit.rlim_cur > fixed ? (limit.rlim_cur - fixed) / 2 : 0;
+    Log("kernel path: the open-file limit (" + std::to_string(limit.rlim_cur) +
+        ") leaves room for about " + std::to_string(fit) + " connections, fewer than " +
+        "max_connections=" + std::to_string(connections) +
+        "; raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower max_connections");
+  }
+}
+
+}  // namespace
+
+std::string KernelPathTotals::Format() const {
+  return relay.Format() + " splice_bytes=" + std::to_string(splice_bytes) +
+         " copy_bytes=" + std::to_string(copy_bytes) +
+         " splice_calls=" + std::to_string(splice_calls) +
+         " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors);
+}
+
+KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
+
+KernelPath::~KernelPath() { Stop(); }
+
+Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& config) {
+  if (config.rules.empty()) return Error{{}, "kernel path: no rules"};
+  if (config.threads < 0) {
+    return Error{
+        {}, "kernel path: " + std::to_string(config.threads) + " threads (0 means one per CPU)"};
+  }
+  if (config.copy_buffer_bytes == 0) {
+    return Error{{}, "kernel path: the copy buffer must hold at least one byte"};
+  }
+  const int threads = config.threads == 0 ? CpusWeMayUse() : config.threads;
+  RaiseOpenFileLimit(config, threads);
+
+  std::unique_ptr<KernelPath> path(new KernelPath(config));
+  // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
+  for (int i = 0; i < threads; ++i) {
+    path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
+    auto loop =
+        kernel_path::Loop::Create(path->config_, path->open_connections_, *path->counters_.back());
+    if (!loop) return loop.error();
+    path->loops_.push_back(std::move(*loop));
+  }
+  for (auto& loop : path->loops_) {
+    try {
+      path->threads_.emplace_back([l = loop.get()] { l->Run(); });
+    } catch (const std::system_error& e) {
+      path->Stop();
+      return Error{e.code(), "kernel path: start a thread"};
+    }
+  }
+  return path;
+}
+
+void KernelPath::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  for (auto& loop : loops_) loop->RequestStop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  loops_.clear();  // closes every listener, socket, pipe, epoll and eventfd
+}
+
+KernelPathTotals KernelPath::Totals() const {
+  KernelPathTotals sum;
+  for (const auto& c : counters_) {
+    const KernelPathTotals t = c->Snapshot();
+    sum.relay += t.relay;
+    sum.splice_bytes += t.splice_bytes;
+    sum.copy_bytes += t.copy_bytes;
+    sum.splice_calls += t.splice_calls;
+    sum.copy_calls += t.copy_calls;
+    sum.errors += t.errors;
+  }
+  return sum;
+}
+
+int KernelPath::threads() const { return static_cast<int>(counters_.size()); }
+
+}  // namespace xdpfwd

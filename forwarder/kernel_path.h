@@ -1,0 +1,71 @@
+// The kernel-socket path: epoll event loops on N threads, each with its own SO_REUSEPORT
+// listener per rule, relaying with splice(2) through a pipe per direction (a buffered copy where
+// splice cannot be used). It serves whatever the fast path does not take, and it is the
+// baseline every benchmark compares against.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "forwarder/relay_counters.h"
+#include "forwarder/rules.h"
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+namespace kernel_path {
+class Loop;
+struct PathCounters;
+}  // namespace kernel_path
+
+struct KernelPathConfig {
+  std::vector<Rule> rules;
+  RelayLimits limits;  // max_connections is for the whole path, all threads
+  int threads = 0;     // 0: one per CPU this process may run on
+  size_t copy_buffer_bytes = 64 * 1024;
+  bool use_splice = true;  // false: buffered copy for every connection
+};
+
+// Path-specific counters next to the shared relay ones.
+struct KernelPathTotals {
+  RelayTotals relay;
+  uint64_t splice_bytes = 0, copy_bytes = 0;
+  uint64_t splice_calls = 0, copy_calls = 0;
+  uint64_t errors = 0;  // unexpected syscall failures on the data path
+  std::string Format() const;
+};
+
+class KernelPath {
+ public:
+  // Binds every rule's listener on every thread (errors name the rule and address, e.g.
+  // "listen 10.0.1.1:9000: Address already in use") and starts the threads. Raises the
+  // process's open-file soft limit towards what max_connections needs (never past the hard
+  // limit) and logs a warning if even that is too low.
+  static Result<std::unique_ptr<KernelPath>> Start(const KernelPathConfig& config);
+  ~KernelPath();  // Stop()
+  KernelPath(const KernelPath&) = delete;
+  KernelPath& operator=(const KernelPath&) = delete;
+
+  // Stops accepting, closes every connection and listener, joins the threads. Idempotent.
+  void Stop();
+  KernelPathTotals Totals() const;  // summed over threads; callable from any thread
+  int threads() const;
+
+ private:
+  explicit KernelPath(const KernelPathConfig& config);
+
+  KernelPathConfig config_;                    // the loops point into its rules
+  std::atomic<uint32_t> open_connections_{0};  // all threads', against max_connections
+  // One per thread; they outlive the loops so Totals() still answers after Stop().
+  std::vector<std::unique_ptr<kernel_path::PathCounters>> counters_;
+  std::vector<std::unique_ptr<kernel_path::Loop>> loops_;
+  std::vector<std::thread> threads_;
+  std::mutex stop_mutex_;
+};
+
+}  // namespace xdpfwd

@@ -1,0 +1,136 @@
+// One direction of a connection on the kernel-socket path: bytes from a source socket to a sink
+// socket through a pipe (splice, no copy into user space) or a user-space buffer (recv/send),
+// and the per-thread pools those come from. Private to the kernel path.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "forwarder/kernel_path.h"
+#include "forwarder/relay_counters.h"
+#include "stack/os/result.h"
+#include "stack/os/unique_fd.h"
+
+namespace xdpfwd::kernel_path {
+
+// Everything one event-loop thread counts. One writer (the loop thread, through
+// RelayCounters::Add); Snapshot() may run on any thread.
+struct PathCounters {
+  RelayCounters relay;
+  std::atomic<uint64_t> splice_bytes{0}, copy_bytes{0};
+  std::atomic<uint64_t> splice_calls{0}, copy_calls{0};
+  std::atomic<uint64_t> errors{0};
+
+  KernelPathTotals Snapshot() const;
+};
+
+// One socket of a relayed connection and what edge-triggered epoll has said about it. A flag
+// set by an event stays set until a syscall proves it stale (EAGAIN, or a short transfer).
+struct Leg {
+  UniqueFd fd;
+  bool readable = false;
+  bool writable = false;
+  // EPOLLRDHUP or EPOLLHUP seen: the peer's FIN has been announced and no later edge will
+  // announce it again, so only EAGAIN may clear `readable` from now on.
+  bool hung_up = false;
+};
+
+// A non-blocking pipe; move-only.
+class Pipe {
+ public:
+  // pipe2 + F_SETPIPE_SZ(want_bytes); keeps the default size if the kernel refuses a larger one
+  // (unprivileged users are held to fs.pipe-max-size and fs.pipe-user-pages-soft).
+  static Result<Pipe> Create(size_t want_bytes);
+  Pipe() = default;
+
+  int read_fd() const { return read_.get(); }
+  int write_fd() const { return write_.get(); }
+  size_t capacity() const { return capacity_; }
+  explicit operator bool() const { return static_cast<bool>(read_); }
+
+ private:
+  UniqueFd read_, write_;
+  size_t capacity_ = 0;
+};
+
+// Empty pipes kept for reuse, so a connection holds a pipe only while bytes are in it and
+// request/response traffic costs no pipe2/close per message.
+class PipePool {
+ public:
+  explicit PipePool(size_t pipe_bytes) : pipe_bytes_(pipe_bytes) {}
+  Result<Pipe> Take();
+  void Give(Pipe pipe);  // must be empty
+  void Clear() { free_.clear(); }
+
+ private:
+  size_t pipe_bytes_;
+  std::vector<Pipe> free_;
+};
+
+// Copy buffers, the same way: held only while they hold bytes.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t buffer_bytes) : buffer_bytes_(buffer_bytes) {}
+  std::unique_ptr<uint8_t[]> Take();  // nullptr when out of memory
+  void Give(std::unique_ptr<uint8_t[]> buffer);
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  void Clear() { free_.clear(); }
+
+ private:
+  size_t buffer_bytes_;
+  std::vector<std::unique_ptr<uint8_t[]>> free_;
+};
+
+// What a loop thread lends to every pump it runs.
+struct PumpContext {
+  PipePool& pipes;
+  BufferPool& buffers;
+  PathCounters& counters;
+};
+
+enum class PumpStatus : uint8_t {
+  kWaiting,       // nothing to do until epoll reports the source readable or the sink writable
+  kBudgetSpent,   // more to do; take another turn after the other connections had theirs
+  kFinished,      // source ended, every byte relayed, sink shut down for writing
+  kSourceFailed,  // a syscall on the source socket failed (err): that leg is broken
+  kSinkFailed,    // a syscall on the sink socket failed (err): that leg is broken
+  kFailed,        // a local resource failed (err): no pipe, no memory
+};
+
+struct PumpResult {
+  PumpStatus status = PumpStatus::kWaiting;
+  int err = 0;
+  uint64_t bytes = 0;  // written to the sink during this call
+};
+
+class Direction {
+ public:
+  explicit Direction(bool use_splice) : splice_(use_splice) {}
+
+  // Moves bytes from src to sink until one of them would block, the source ends, or about
+  // `budget` bytes have been written. Never blocks.
+  PumpResult Pump(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
+  bool finished() const { return finished_; }
+  bool splicing() const { return splice_; }
+  // Returns an empty pipe or buffer to the pools; one still holding bytes is dropped. For a
+  // connection that is ending.
+  void Release(PumpContext& ctx);
+
+ private:
+  PumpResult PumpSplice(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
+  PumpResult PumpCopy(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
+  PumpResult Finish(Leg& sink, uint64_t bytes);
+
+  bool splice_;
+  bool eof_ = false;       // the source returned end of stream
+  bool finished_ = false;  // ... and the sink has been shut down for writing
+  Pipe pipe_;
+  size_t in_pipe_ = 0;
+  std::unique_ptr<uint8_t[]> buffer_;
+  size_t buffer_begin_ = 0, buffer_end_ = 0;
+};
+
+}  // namespace xdpfwd::kernel_path

@@ -1,0 +1,139 @@
+// xdpfwd: the command. Starts the chosen path(s), logs one "ready" line, prints counters on
+// SIGUSR1 and every --stats-interval, and on SIGINT/SIGTERM stops cleanly (connections reset,
+// XDP detached, flow entries removed) with a summary.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forwarder/fast_path.h"
+#include "forwarder/kernel_path.h"
+#include "forwarder/options.h"
+#include "stack/os/log.h"
+
+namespace xdpfwd {
+namespace {
+
+std::string RulesLine(const std::vector<Rule>& rules) {
+  std::string out;
+  for (const Rule& r : rules) {
+    if (!out.empty()) out += ", ";
+    out += ToString(r.listen) + " -> " + ToString(r.backend);
+  }
+  return out;
+}
+
+void PrintStats(FastPath* fast, KernelPath* kernel) {
+  if (fast != nullptr) {
+    Log("fast path: " + fast->Snapshot().Format());
+    Log("steering: " + fast->SteerCountersLine());
+  }
+  if (kernel != nullptr) Log("kernel path: " + kernel->Totals().Format());
+}
+
+int Run(const Options& o) {
+  // Signals are taken synchronously by this thread; every thread started below inherits the
+  // mask. A relay must never die of SIGPIPE.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Rule> fast_rules;
+  for (const Rule& r : o.rules) {
+    if (r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any()) fast_rules.push_back(r);
+  }
+
+  std::unique_ptr<KernelPath> kernel;
+  if (o.path != PathChoice::kXdp) {
+    KernelPathConfig kc;
+    kc.rules = o.rules;
+    kc.limits = o.limits;
+    kc.threads = o.kernel_threads;
+    kc.copy_buffer_bytes = o.kernel_buffer;
+    kc.use_splice = !o.kernel_copy;
+    auto k = KernelPath::Start(kc);
+    if (!k) {
+      Log("kernel path cannot start: " + k.error().message());
+      return 1;
+    }
+    kernel = std::move(*k);
+  }
+
+  std::unique_ptr<FastPath> fast;
+  std::string fast_status;
+  if (o.path != PathChoice::kKernel) {
+    FastPathConfig fc;
+    fc.rules = fast_rules;
+    fc.limits = o.limits;
+    fc.cpu = o.cpu;
+    fc.listen_iface = o.listen_iface;
+    fc.backend_iface = o.backend_iface;
+    fc.backend_ports = o.backend_ports;
+    if (o.flow_capacity) fc.steer.flow_capacity = o.flow_capacity;
+    fc.steer.force_generic = o.force_generic;
+    if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {
+      Log("--path xdp: the fast path takes IPv4 rules with a concrete listen address only; use "
+          "--path auto or kernel for the others");
+      return 1;
+    }
+    auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
+                                      Error{{}, "no IPv4 rule with a concrete listen address"})
+                                : FastPath::Start(fc);
+    if (f) {
+      fast = std::move(*f);
+    } else if (o.path == PathChoice::kXdp) {
+      Log("fast path cannot start: " + f.error().message());
+      return 1;
+    } else {
+      // Auto mode: one line on why, then everything on the kernel path.
+      Log("fast path unavailable, serving everything on the kernel path: " + f.error().message());
+    }
+  }
+
+  std::string ready =
+      "ready: path=" + std::string(PathName(o.path)) + " rules: " + RulesLine(o.rules);
+  if (fast) ready += "; fast path on " + fast->description();
+  if (kernel) ready += "; kernel path on " + std::to_string(kernel->threads()) + " thread(s)";
+  Log(ready);
+
+  const timespec tick{o.stats_interval_s > 0 ? o.stats_interval_s : 3600, 0};
+  for (;;) {
+    siginfo_t info{};
+    const int sig = sigtimedwait(&signals, &info, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      Log(std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+      break;
+    }
+    if (sig == SIGUSR1 || sig == SIGHUP || (sig < 0 && o.stats_interval_s > 0)) {
+      PrintStats(fast.get(), kernel.get());
+    }
+  }
+  if (fast) {
+    fast->Stop();
+  }
+  if (kernel) kernel->Stop();
+  PrintStats(fast.get(), kernel.get());
+  return 0;
+}
+
+}  // namespace
+}  // namespace xdpfwd
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = xdpfwd::ParseCommandLine(args);
+  if (!options) {
+    std::fprintf(stderr, "xdpfwd: %s\n%s", options.error().message().c_str(), xdpfwd::Usage());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(xdpfwd::Usage(), stdout);
+    return 0;
+  }
+  xdpfwd::LogVerbosity() = options->verbosity;
+  return xdpfwd::Run(*options);
+}

@@ -1,0 +1,212 @@
+// Command-line parsing for xdpfwd (see options.h).
+#include "forwarder/options.h"
+
+#include <charconv>
+#include <thread>
+
+namespace xdpfwd {
+namespace {
+
+template <typename T>
+Result<T> ParseNumber(const std::string& option, const std::string& text, T min, T max) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
+      value > max) {
+    return Error{{},
+                 option + ": '" + text + "' is not a number from " + std::to_string(min) + " to " +
+                     std::to_string(max)};
+  }
+  return value;
+}
+
+Result<PortRange> ParsePortRange(const std::string& text) {
+  const size_t dash = text.find('-');
+  if (dash == std::string::npos)
+    return Error{{}, "--backend-ports: expected LOW-HIGH, got '" + text + "'"};
+  auto lo = ParseNumber<unsigned>("--backend-ports", text.substr(0, dash), 1024, 65535);
+  if (!lo) return lo.error();
+  auto hi = ParseNumber<unsigned>("--backend-ports", text.substr(dash + 1), 1024, 65535);
+  if (!hi) return hi.error();
+  if (*hi < *lo) return Error{{}, "--backend-ports: '" + text + "' is an empty range"};
+  return PortRange{static_cast<uint16_t>(*lo), static_cast<uint16_t>(*hi)};
+}
+
+}  // namespace
+
+const char* Usage() {
+  return "usage: xdpfwd [options] LISTEN BACKEND     e.g. xdpfwd 10.0.1.1:9000 10.0.0.2:9001\n"
+         "       xdpfwd [options] -c RULES_FILE      rinetd format: bindaddr bindport connaddr "
+         "connport\n"
+         "\n"
+         "  --path auto|xdp|kernel   auto (default): XDP/AF_XDP fast path for IPv4 flows it can "
+         "take,\n"
+         "                           kernel sockets for the rest; xdp: fast path only; kernel: no "
+         "XDP\n"
+         "  --cpu N                  pin the fast path's busy-polling worker to CPU N\n"
+         "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
+         "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
+         "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
+         "  --max-connections N      per path; beyond it new clients are reset (default 16384)\n"
+         "  --iface NAME             fast path: the client-side interface (default: the one with\n"
+         "                           the listen address)\n"
+         "  --backend-iface NAME     fast path: the backend-side interface (default: the route's)\n"
+         "  --backend-ports LO-HI    fast path: local ports of backend legs (default 61000-65535)\n"
+         "  --flow-capacity N        fast path: steering flow-table entries\n"
+         "  --generic                fast path: attach XDP in generic (SKB) mode\n"
+         "  --copy                   kernel path: buffered copy instead of splice\n"
+         "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
+         "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
+         "  -v                       more detail\n"
+         "  -h, --help               this text\n";
+}
+
+std::string_view PathName(PathChoice path) {
+  switch (path) {
+    case PathChoice::kAuto:
+      return "auto";
+    case PathChoice::kXdp:
+      return "xdp";
+    case PathChoice::kKernel:
+      return "kernel";
+  }
+  return "?";
+}
+
+Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string unit = text.substr(digits);
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "s") scale = 1000;
+  if (unit == "ms") scale = 1;
+  if (unit == "m") scale = 60'000;
+  if (digits == 0 || ec != std::errc() || end != text.data() + digits || scale == 0 ||
+      n > 365ull * 24 * 3600 * 1000 / scale) {
+    return Error{{}, "'" + text + "' is not a duration (for example 5s, 250ms, 2m)"};
+  }
+  return std::chrono::milliseconds(n * scale);
+}
+
+Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
+  Options o;
+  std::vector<std::string> positional;
+  std::string rules_file;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> Result<std::string> {
+      if (i + 1 >= args.size()) return Error{{}, a + " needs a value"};
+      return args[++i];
+    };
+#define XDPFWD_VALUE(var) \
+  auto var = value();     \
+  if (!var) return var.error();
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    } else if (a == "-v") {
+      ++o.verbosity;
+    } else if (a == "-c") {
+      XDPFWD_VALUE(v);
+      rules_file = *v;
+    } else if (a == "--path") {
+      XDPFWD_VALUE(v);
+      if (*v == "auto")
+        o.path = PathChoice::kAuto;
+      else if (*v == "xdp")
+        o.path = PathChoice::kXdp;
+      else if (*v == "kernel")
+        o.path = PathChoice::kKernel;
+      else
+        return Error{{}, "--path: '" + *v + "' is not auto, xdp or kernel"};
+    } else if (a == "--cpu") {
+      XDPFWD_VALUE(v);
+      const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+      auto n = ParseNumber<int>(a, *v, 0, cpus > 0 ? cpus - 1 : 1023);
+      if (!n) return n.error();
+      o.cpu = *n;
+    } else if (a == "--threads") {
+      XDPFWD_VALUE(v);
+      auto n = ParseNumber<int>(a, *v, 1, 1024);
+      if (!n) return n.error();
+      o.kernel_threads = *n;
+    } else if (a == "--connect-timeout" || a == "--idle-timeout") {
+      XDPFWD_VALUE(v);
+      auto d = ParseDuration(*v);
+      if (!d) return Error{{}, a + ": " + d.error().message()};
+      if (a == "--connect-timeout") {
+        if (d->count() == 0) return Error{{}, "--connect-timeout must be above zero"};
+        o.limits.connect_timeout = *d;
+      } else {
+        o.limits.idle_timeout = *d;
+      }
+    } else if (a == "--max-connections") {
+      XDPFWD_VALUE(v);
+      auto n = ParseNumber<uint32_t>(a, *v, 1, 1'000'000);
+      if (!n) return n.error();
+      o.limits.max_connections = *n;
+    } else if (a == "--iface") {
+      XDPFWD_VALUE(v);
+      o.listen_iface = *v;
+    } else if (a == "--backend-iface") {
+      XDPFWD_VALUE(v);
+      o.backend_iface = *v;
+    } else if (a == "--backend-ports") {
+      XDPFWD_VALUE(v);
+      auto r = ParsePortRange(*v);
+      if (!r) return r.error();
+      o.backend_ports = *r;
+    } else if (a == "--flow-capacity") {
+      XDPFWD_VALUE(v);
+      auto n = ParseNumber<uint32_t>(a, *v, 1, 1u << 24);
+      if (!n) return n.error();
+      o.flow_capacity = *n;
+    } else if (a == "--generic") {
+      o.force_generic = true;
+    } else if (a == "--copy") {
+      o.kernel_copy = true;
+    } else if (a == "--buffer-size") {
+      XDPFWD_VALUE(v);
+      auto n = ParseNumber<size_t>(a, *v, 4096, 64u << 20);
+      if (!n) return n.error();
+      o.kernel_buffer = *n;
+    } else if (a == "--stats-interval") {
+      XDPFWD_VALUE(v);
+      auto n = ParseNumber<int>(a, *v, 0, 86400);
+      if (!n) return n.error();
+      o.stats_interval_s = *n;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return Error{{}, "unknown option " + a + " (xdpfwd --help lists them)"};
+    } else {
+      positional.push_back(a);
+    }
+#undef XDPFWD_VALUE
+  }
+  if (!rules_file.empty()) {
+    if (!positional.empty()) {
+      return Error{{}, "give either -c RULES_FILE or LISTEN BACKEND, not both"};
+    }
+    auto rules = LoadRulesFile(rules_file);
+    if (!rules) return rules.error();
+    o.rules = std::move(*rules);
+  } else {
+    if (positional.size() != 2) {
+      return Error{{},
+                   positional.empty()
+                       ? "no rule: give LISTEN BACKEND or -c RULES_FILE"
+                       : "expected LISTEN BACKEND, got " + std::to_string(positional.size()) +
+                             " argument" + (positional.size() == 1 ? "" : "s")};
+    }
+    auto listen = ParseSocketAddress(positional[0]);
+    if (!listen) return Error{{}, "LISTEN: " + listen.error().message()};
+    auto backend = ParseSocketAddress(positional[1]);
+    if (!backend) return Error{{}, "BACKEND: " + backend.error().message()};
+    if (backend->is_any()) return Error{{}, "BACKEND: " + positional[1] + " is not connectable"};
+    o.rules.push_back(Rule{0, *listen, *backend, 0});
+  }
+  return o;
+}
+
+}  // namespace xdpfwd

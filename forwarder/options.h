@@ -1,0 +1,44 @@
+// The xdpfwd command line: one rule as two words (LISTEN BACKEND) or a rules file (-c), the path
+// to run, and the limits and knobs of each path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "forwarder/fast_path.h"
+#include "forwarder/kernel_path.h"
+#include "forwarder/rules.h"
+#include "stack/os/result.h"
+
+namespace xdpfwd {
+
+enum class PathChoice { kAuto, kXdp, kKernel };
+
+struct Options {
+  std::vector<Rule> rules;
+  PathChoice path = PathChoice::kAuto;
+  RelayLimits limits;
+  int cpu = -1;
+  int kernel_threads = 0;
+  bool kernel_copy = false;  // buffered copy instead of splice on the kernel path
+  size_t kernel_buffer = 64 * 1024;
+  std::string listen_iface, backend_iface;
+  PortRange backend_ports;
+  uint32_t flow_capacity = 0;  // 0: the steering program's default
+  bool force_generic = false;
+  int stats_interval_s = 0;
+  int verbosity = 0;
+  bool help = false;
+};
+
+// argv without the program name. Errors say which option and why.
+Result<Options> ParseCommandLine(const std::vector<std::string>& args);
+const char* Usage();
+std::string_view PathName(PathChoice path);
+
+// "5s", "250ms", "2m", or a plain number of seconds.
+Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
+
+}  // namespace xdpfwd

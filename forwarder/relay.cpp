@@ -1,0 +1,522 @@
+// The relay state machine on lwIP's raw API (see relay.h). Every lwIP callback lands in
+// Relay::Callbacks, a noexcept trampoline into the connection it belongs to.
+#include "forwarder/relay.h"
+
+#include <time.h>
+
+#include <algorithm>
+
+extern "C" {
+#include "lwip/pbuf.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd {
+namespace {
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock bpf_ktime_get_ns() reads
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+ip_addr_t LwipAddress(in_addr a) {
+  ip_addr_t out;
+  ip_addr_set_ip4_u32(&out, a.s_addr);
+  return out;
+}
+
+in_addr InAddr(const ip_addr_t& a) {
+  in_addr out;
+  out.s_addr = ip4_addr_get_u32(ip_2_ip4(&a));
+  return out;
+}
+
+// Received data waiting for the other leg: a queue of pbuf chains (a chain's length is a u16,
+// so a window's worth of data cannot be one chain). Empty costs nothing.
+class PbufQueue {
+ public:
+  bool empty() const { return head_ == items_.size(); }
+  pbuf*& front() { return items_[head_]; }
+  void push(pbuf* p) { items_.push_back(p); }
+  void pop() {
+    if (++head_ == items_.size()) {
+      items_.clear();
+      head_ = 0;
+    }
+  }
+  void FreeAll() {
+    for (size_t i = head_; i < items_.size(); ++i) pbuf_free(items_[i]);
+    items_.clear();
+    items_.shrink_to_fit();
+    head_ = 0;
+  }
+
+ private:
+  std::vector<pbuf*> items_;
+  size_t head_ = 0;
+};
+
+bool HoldsUmem(const pbuf* p) {
+  for (; p != nullptr; p = p->next) {
+    if (p->flags & PBUF_FLAG_IS_CUSTOM) return true;
+  }
+  return false;
+}
+
+// Data that cannot go out at once is copied out of its UMEM frames into lwIP's heap, so a slow
+// reader holds heap (bounded by its window) and never the frames every connection receives into.
+// If the heap is exhausted the frames are kept: slower for everyone, but nothing is lost.
+pbuf* Compact(pbuf* p) {
+  if (!HoldsUmem(p)) return p;
+  pbuf* copy = pbuf_clone(PBUF_RAW, PBUF_RAM, p);
+  if (copy == nullptr) return p;
+  pbuf_free(p);
+  return copy;
+}
+
+}  // namespace
+
+struct Relay::Leg {
+  Connection* conn = nullptr;
+  tcp_pcb* pcb = nullptr;
+  bool is_client = false;
+  bool connected = false;
+  bool fin_received = false;  // the peer's FIN has arrived (lwIP's recv with a null pbuf)
+  bool fin_sent = false;      // our FIN is queued toward this peer
+  PbufQueue backlog;          // received from this leg, not yet queued on the other leg
+};
+
+struct Relay::Connection {
+  Relay* relay = nullptr;
+  const RelayRule* rule = nullptr;
+  Leg client, backend;
+  Connection* prev = nullptr;
+  Connection* next = nullptr;
+  uint64_t started_ms = 0;
+  uint64_t last_active_ms = 0;
+  FlowTuple client_flow{}, backend_flow{};
+  BackendPorts* ports = nullptr;
+  BackendPorts::Lease lease{};
+  bool finished = false;
+
+  Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
+};
+
+struct Relay::Listener {
+  Relay* relay = nullptr;
+  const RelayRule* rule = nullptr;
+  tcp_pcb* pcb = nullptr;
+};
+
+namespace {
+
+// Marks which pcb's callback is running, so the relay can tell lwIP it aborted that pcb.
+class CallbackScope {
+ public:
+  CallbackScope(tcp_pcb*& slot, bool& aborted, tcp_pcb* pcb)
+      : slot_(slot), aborted_(aborted), saved_slot_(slot), saved_aborted_(aborted) {
+    slot_ = pcb;
+    aborted_ = false;
+  }
+  ~CallbackScope() {
+    slot_ = saved_slot_;
+    aborted_ = saved_aborted_;
+  }
+  err_t result() const { return aborted_ ? ERR_ABRT : ERR_OK; }
+
+ private:
+  tcp_pcb*& slot_;
+  bool& aborted_;
+  tcp_pcb* saved_slot_;
+  bool saved_aborted_;
+};
+
+void DetachCallbacks(tcp_pcb* pcb) {
+  tcp_arg(pcb, nullptr);
+  tcp_recv(pcb, nullptr);
+  tcp_sent(pcb, nullptr);
+  tcp_err(pcb, nullptr);
+}
+
+}  // namespace
+
+struct Relay::Callbacks {
+  static err_t Accept(void* arg, tcp_pcb* pcb, err_t err) noexcept {
+    auto* listener = static_cast<Listener*>(arg);
+    if (listener == nullptr || err != ERR_OK || pcb == nullptr) return ERR_VAL;
+    return static_cast<err_t>(listener->relay->Accept(*listener, pcb));
+  }
+
+  static err_t Connected(void* arg, tcp_pcb* pcb, err_t) noexcept {
+    auto* leg = static_cast<Leg*>(arg);
+    if (leg == nullptr) return ERR_OK;
+    Connection& c = *leg->conn;
+    Relay& r = *c.relay;
+    CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
+    leg->connected = true;
+    c.last_active_ms = r.now_ms_;
+    r.Pump(c, c.client, c.backend);
+    if (!c.finished) r.MaybeCloseLeg(c, c.backend);
+    return scope.result();
+  }
+
+  static err_t Recv(void* arg, tcp_pcb* pcb, pbuf* p, err_t) noexcept {
+    auto* leg = static_cast<Leg*>(arg);
+    if (leg == nullptr) {  // cannot happen (callbacks are detached with the arg); be safe
+      if (p != nullptr) {
+        tcp_recved(pcb, p->tot_len);
+        pbuf_free(p);
+      }
+      return ERR_OK;
+    }
+    Connection& c = *leg->conn;
+    Relay& r = *c.relay;
+    CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
+    Leg& to = c.other(*leg);
+    if (p == nullptr) {
+      leg->fin_received = true;
+      r.Pump(c, *leg, to);
+      if (!c.finished) r.MaybeCloseLeg(c, *leg);
+      return scope.result();
+    }
+    c.last_active_ms = r.now_ms_;
+    // The pbuf is always taken (DESIGN.md: lwIP parks refused data until its next timer); the
+    // window this leg advertises opens only as the other leg accepts the bytes.
+    const bool blocked = !leg->backlog.empty();
+    leg->backlog.push(blocked ? Compact(p) : p);
+    r.Pump(c, *leg, to);
+    if (!c.finished && !leg->backlog.empty() && !blocked) {
+      pbuf*& rest = leg->backlog.front();
+      rest = Compact(rest);
+    }
+    return scope.result();
+  }
+
+  static err_t Sent(void* arg, tcp_pcb* pcb, u16_t) noexcept {
+    auto* leg = static_cast<Leg*>(arg);
+    if (leg == nullptr) return ERR_OK;
+    Connection& c = *leg->conn;
+    Relay& r = *c.relay;
+    CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
+    Leg& from = c.other(*leg);
+    if (!from.backlog.empty() || (from.fin_received && !leg->fin_sent)) r.Pump(c, from, *leg);
+    return scope.result();
+  }
+
+  // The pcb is already freed by lwIP: a reset from the peer (ERR_RST), lwIP giving up on
+  // retransmissions or the handshake (ERR_ABRT), or a close completed behind our back (ERR_CLSD).
+  static void Err(void* arg, err_t err) noexcept {
+    auto* leg = static_cast<Leg*>(arg);
+    if (leg == nullptr) return;
+    Connection& c = *leg->conn;
+    Relay& r = *c.relay;
+    leg->pcb = nullptr;
+    leg->backlog.FreeAll();
+    RelayCounters& n = r.counters_;
+    if (err == ERR_CLSD) {
+      leg->fin_received = leg->fin_sent = true;
+      r.MaybeCloseLeg(c, *leg);
+      return;
+    }
+    if (!leg->is_client && !leg->connected) {
+      r.Reset(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
+    } else {
+      r.Reset(c, leg->is_client ? n.client_reset : n.backend_reset);
+    }
+  }
+};
+
+Relay::Relay(const RelayConfig& config) : config_(config) {}
+
+Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
+  std::unique_ptr<Relay> relay(new Relay(config));
+  relay->now_ms_ = MonotonicNs() / 1'000'000u;
+  for (const RelayRule& rule : relay->config_.rules) {
+    if (auto r = relay->Listen(rule); !r) return r.error();
+  }
+  return relay;
+}
+
+Result<void> Relay::Listen(const RelayRule& rule) {
+  tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+  if (pcb == nullptr) return Error{{}, "lwIP: no pcb for a listener (MEMP_NUM_TCP_PCB)"};
+  const ip_addr_t addr = LwipAddress(rule.listen.addr);
+  if (const err_t e = tcp_bind(pcb, &addr, rule.listen.port); e != ERR_OK) {
+    tcp_close(pcb);
+    return Error{{}, "lwIP: bind " + ToString(rule.listen) + ": " + lwip_strerr(e)};
+  }
+  err_t e = ERR_OK;
+  tcp_pcb* listening = tcp_listen_with_backlog_and_err(pcb, TCP_DEFAULT_LISTEN_BACKLOG, &e);
+  if (listening == nullptr) {
+    tcp_close(pcb);
+    return Error{{}, "lwIP: listen " + ToString(rule.listen) + ": " + lwip_strerr(e)};
+  }
+  auto listener = std::make_unique<Listener>();
+  listener->relay = this;
+  listener->rule = &rule;
+  listener->pcb = listening;
+  tcp_arg(listening, listener.get());
+  tcp_accept(listening, Callbacks::Accept);
+  listeners_.push_back(std::move(listener));
+  return {};
+}
+
+int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
+  CallbackScope scope(in_callback_, in_callback_aborted_, pcb);
+  const FlowTuple client_flow{InAddr(pcb->remote_ip), InAddr(pcb->local_ip), pcb->remote_port,
+                              pcb->local_port};
+  if (live_ >= config_.limits.max_connections) {
+    RelayCounters::Add(counters_.over_limit);
+    tcp_abort(pcb);  // RST: the client learns at once
+    removals_.push_back(PendingRemoval{now_ms_ + config_.flow_linger_ms,
+                                       listener.rule->client_side,
+                                       client_flow,
+                                       nullptr,
+                                       {},
+                                       MonotonicNs()});
+    return ERR_ABRT;
+  }
+  auto* c = new Connection();
+  c->relay = this;
+  c->rule = listener.rule;
+  c->started_ms = c->last_active_ms = now_ms_;
+  c->client_flow = client_flow;
+  c->client.conn = c->backend.conn = c;
+  c->client.is_client = true;
+  c->client.connected = true;
+  c->client.pcb = pcb;
+  c->next = connections_;
+  if (connections_ != nullptr) connections_->prev = c;
+  connections_ = c;
+  ++live_;
+  RelayCounters::Add(counters_.accepted);
+  RelayCounters::Add(counters_.active);
+
+  tcp_arg(pcb, &c->client);
+  tcp_recv(pcb, Callbacks::Recv);
+  tcp_sent(pcb, Callbacks::Sent);
+  tcp_err(pcb, Callbacks::Err);
+  tcp_nagle_disable(pcb);
+  if (!StartBackend(*c)) Reset(*c, counters_.backend_error);
+  return scope.result();
+}
+
+BackendPorts& Relay::PortsFor(const Endpoint& backend) {
+  auto& slot = ports_[{backend.addr.s_addr, backend.port}];
+  if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
+  return *slot;
+}
+
+bool Relay::StartBackend(Connection& c) {
+  const RelayRule& rule = *c.rule;
+  BackendPorts& ports = PortsFor(rule.backend);
+  const auto lease = ports.Acquire();
+  if (!lease) return false;
+  tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+  if (pcb == nullptr) {
+    ports.Release(lease->port);
+    return false;
+  }
+  // The local port comes from our allocator, so lwIP's bind (which walks every pcb to check
+  // for a conflict) is skipped: the 4-tuple is unique by construction.
+  pcb->local_ip = LwipAddress(rule.backend_source);
+  pcb->local_port = lease->port;
+  c.backend_flow =
+      FlowTuple{rule.backend.addr, rule.backend_source, rule.backend.port, lease->port};
+  // The flow entry must exist before the SYN leaves, or the SYN-ACK reaches the kernel, which
+  // knows no such connection and resets it.
+  if (!rule.backend_side->AddFlow(c.backend_flow, 0, rule.id)) {
+    tcp_close(pcb);
+    ports.Release(lease->port);
+    return false;
+  }
+  c.ports = &ports;
+  c.lease = *lease;
+  c.backend.pcb = pcb;
+  tcp_arg(pcb, &c.backend);
+  tcp_recv(pcb, Callbacks::Recv);
+  tcp_sent(pcb, Callbacks::Sent);
+  tcp_err(pcb, Callbacks::Err);
+  tcp_nagle_disable(pcb);
+  const ip_addr_t backend = LwipAddress(rule.backend.addr);
+  if (tcp_connect(pcb, &backend, rule.backend.port, Callbacks::Connected) != ERR_OK) {
+    DetachCallbacks(pcb);
+    tcp_close(pcb);  // still CLOSED: this frees it
+    c.backend.pcb = nullptr;
+    return false;  // Finish schedules the flow's removal and releases the port
+  }
+  return true;
+}
+
+void Relay::Pump(Connection& c, Leg& from, Leg& to) {
+  if (to.pcb == nullptr || !to.connected || to.fin_sent) return;
+  uint32_t written = 0;
+  while (!from.backlog.empty()) {
+    pbuf*& head = from.backlog.front();
+    while (head != nullptr) {
+      if (head->len == 0) {  // an empty pbuf inside a chain: drop it, keep the rest
+        pbuf* next = head->next;
+        head->next = nullptr;  // the chain's reference on `next` passes to us
+        pbuf_free(head);
+        head = next;
+        continue;
+      }
+      const uint32_t space = tcp_sndbuf(to.pcb);
+      if (space == 0) break;
+      const u16_t n = static_cast<u16_t>(std::min<uint32_t>(head->len, space));
+      if (tcp_write(to.pcb, head->payload, n, TCP_WRITE_FLAG_COPY) != ERR_OK) break;
+      written += n;
+      head = pbuf_free_header(head, n);
+    }
+    if (head != nullptr) break;
+    from.backlog.pop();
+  }
+  if (written > 0) {
+    tcp_output(to.pcb);
+    RelayCounters::Add(to.is_client ? counters_.bytes_to_client : counters_.bytes_to_backend,
+                       written);
+    c.last_active_ms = now_ms_;
+    if (from.pcb != nullptr) {
+      for (uint32_t left = written; left > 0;) {
+        const u16_t chunk = static_cast<u16_t>(std::min<uint32_t>(left, 0xffff));
+        tcp_recved(from.pcb, chunk);
+        left -= chunk;
+      }
+    }
+  }
+  if (from.backlog.empty() && from.fin_received && !to.fin_sent) {
+    tcp_shutdown(to.pcb, 0, 1);  // half-close: the other direction keeps flowing
+    to.fin_sent = true;
+    MaybeCloseLeg(c, to);
+  }
+}
+
+void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
+  if (leg.pcb != nullptr && leg.fin_received && leg.fin_sent && leg.backlog.empty()) {
+    tcp_pcb* pcb = leg.pcb;
+    DetachCallbacks(pcb);
+    leg.pcb = nullptr;
+    // Graceful: lwIP still delivers queued data and answers the peer; the pcb is lwIP's now and
+    // is freed by lwIP (after TIME_WAIT if this side closed last).
+    if (tcp_close(pcb) != ERR_OK) {
+      tcp_abort(pcb);
+      if (pcb == in_callback_) in_callback_aborted_ = true;
+    }
+  }
+  if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
+    if (c.client.fin_sent && c.backend.fin_sent) RelayCounters::Add(counters_.completed);
+    Finish(c);
+  }
+}
+
+void Relay::AbortLeg(Leg& leg) {
+  leg.backlog.FreeAll();
+  if (leg.pcb == nullptr) return;
+  tcp_pcb* pcb = leg.pcb;
+  leg.pcb = nullptr;
+  DetachCallbacks(pcb);  // tcp_abort calls the err callback; this connection is going anyway
+  tcp_abort(pcb);
+  if (pcb == in_callback_) in_callback_aborted_ = true;
+}
+
+void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
+  if (c.finished) return;
+  RelayCounters::Add(reason);
+  AbortLeg(c.client);
+  AbortLeg(c.backend);
+  Finish(c);
+}
+
+void Relay::Finish(Connection& c) {
+  if (c.finished) return;
+  c.finished = true;
+  c.client.backlog.FreeAll();
+  c.backend.backlog.FreeAll();
+  if (c.prev != nullptr) c.prev->next = c.next;
+  if (c.next != nullptr) c.next->prev = c.prev;
+  if (connections_ == &c) connections_ = c.next;
+  --live_;
+  RelayCounters::Sub(counters_.active);
+  const uint64_t due = now_ms_ + config_.flow_linger_ms;
+  const uint64_t closed_ns = MonotonicNs();
+  removals_.push_back(
+      PendingRemoval{due, c.rule->client_side, c.client_flow, nullptr, {}, closed_ns});
+  if (c.ports != nullptr) {
+    c.ports->Release(c.lease.port);
+    removals_.push_back(
+        PendingRemoval{due, c.rule->backend_side, c.backend_flow, c.ports, c.lease, 0});
+  }
+  finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
+}
+
+void Relay::Tick(uint64_t now_ms) {
+  now_ms_ = now_ms;
+  if (!finished_.empty()) {
+    for (Connection* c : finished_) delete c;
+    finished_.clear();
+  }
+  if (now_ms >= next_sweep_ms_) {
+    next_sweep_ms_ = now_ms + kSweepIntervalMs;
+    SweepConnections(now_ms);
+    RemoveDueFlows(now_ms, false);
+  }
+}
+
+void Relay::SweepConnections(uint64_t now_ms) {
+  const RelayLimits& limits = config_.limits;
+  const auto connect_ms = static_cast<uint64_t>(limits.connect_timeout.count());
+  const auto idle_ms = static_cast<uint64_t>(limits.idle_timeout.count());
+  for (Connection* c = connections_; c != nullptr;) {
+    Connection* next = c->next;  // Reset unlinks c
+    if (!c->backend.connected && now_ms - c->started_ms >= connect_ms) {
+      Reset(*c, counters_.backend_timeout);
+    } else if (idle_ms > 0 && now_ms - c->last_active_ms >= idle_ms) {
+      Reset(*c, counters_.idle_timeout);
+    } else {
+      // Data that could not be queued earlier (lwIP's heap or segment pool was exhausted, so
+      // no ACK is coming to retry it) gets another chance here.
+      if (!c->client.backlog.empty()) Pump(*c, c->client, c->backend);
+      if (!c->finished && !c->backend.backlog.empty()) Pump(*c, c->backend, c->client);
+    }
+    c = next;
+  }
+}
+
+void Relay::RemoveDueFlows(uint64_t now_ms, bool all) {
+  while (!removals_.empty() && (all || removals_.front().due_ms <= now_ms)) {
+    const PendingRemoval r = removals_.front();
+    removals_.pop_front();
+    if (r.ports != nullptr) {
+      // A backend port reused since: the entry now belongs to the new connection.
+      if (r.ports->IsIdleSince(r.lease)) (void)r.steer->RemoveFlow(r.tuple);
+      continue;
+    }
+    // A client that reused its 4-tuple after this connection closed has a newer entry.
+    const auto flow = r.steer->LookupFlow(r.tuple);
+    if (flow && flow->created_ns <= r.closed_ns) (void)r.steer->RemoveFlow(r.tuple);
+  }
+}
+
+RelayState Relay::state() const {
+  RelayState s;
+  s.connections = live_;
+  s.closing_flows = removals_.size();
+  for (const auto& [key, ports] : ports_) s.backend_ports_in_use += ports->in_use();
+  return s;
+}
+
+Relay::~Relay() {
+  while (connections_ != nullptr) Reset(*connections_, counters_.shutdown_reset);
+  for (Connection* c : finished_) delete c;
+  finished_.clear();
+  for (auto& l : listeners_) {
+    tcp_arg(l->pcb, nullptr);
+    tcp_accept(l->pcb, nullptr);
+    tcp_close(l->pcb);
+  }
+  listeners_.clear();
+  RemoveDueFlows(0, true);
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,111 @@
+// The fast path's relay, on lwIP's raw API: accepts a client on lwIP, opens the backend leg from
+// a port the relay owns (its flow entry is in the steering map before the SYN leaves), and moves
+// bytes both ways with end-to-end backpressure, half-close and reset propagation. Lives on the
+// worker thread: every method is called there.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "forwarder/backend_ports.h"
+#include "forwarder/relay_counters.h"
+#include "stack/os/endpoint.h"
+#include "stack/os/result.h"
+#include "xdp/steer.h"
+
+struct tcp_pcb;
+
+namespace xdpfwd {
+
+struct RelayRule {
+  uint32_t id = 0;
+  Endpoint listen;
+  Endpoint backend;
+  in_addr backend_source{};              // local address of backend legs (the backend-side netif's)
+  SteerProgram* client_side = nullptr;   // holds the clients' flows (the program inserts them)
+  SteerProgram* backend_side = nullptr;  // the relay inserts its backend legs' flows here
+};
+
+struct RelayConfig {
+  std::vector<RelayRule> rules;
+  RelayLimits limits;
+  PortRange backend_ports;
+  // How long a closed connection's flow entries stay, so a late segment (a retransmitted FIN
+  // answering our TIME_WAIT) still reaches lwIP instead of the kernel: lwIP's TIME_WAIT + margin.
+  uint64_t flow_linger_ms = 4500;
+};
+
+struct RelayState {
+  size_t connections = 0;    // live relay connections
+  size_t closing_flows = 0;  // flow entries waiting for their linger time
+  uint32_t backend_ports_in_use = 0;
+};
+
+class Relay {
+ public:
+  // Listens on every rule's address (lwIP), on the calling (worker) thread.
+  static Result<std::unique_ptr<Relay>> Create(const RelayConfig& config);
+  // Resets every open connection, closes the listeners and removes every flow entry the relay
+  // is responsible for.
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Called once per worker iteration: connect and idle timeouts, retrying relays that could not
+  // queue data, delayed flow removals. Does nothing but a clock comparison most of the time.
+  void Tick(uint64_t now_ms);
+
+  const RelayCounters& counters() const { return counters_; }
+  RelayState state() const;
+
+  struct Connection;
+  struct Leg;
+  struct Callbacks;  // lwIP's C callbacks
+
+ private:
+  struct Listener;
+  struct PendingRemoval {
+    uint64_t due_ms;
+    SteerProgram* steer;
+    FlowTuple tuple;
+    BackendPorts* ports;  // backend flow: only if the port was not reused meanwhile
+    BackendPorts::Lease lease;
+    uint64_t closed_ns;  // client flow: only if the entry is older than this
+  };
+
+  explicit Relay(const RelayConfig& config);
+  Result<void> Listen(const RelayRule& rule);
+  int Accept(Listener& listener, tcp_pcb* pcb);
+  bool StartBackend(Connection& c);
+  void Pump(Connection& c, Leg& from, Leg& to);
+  void MaybeCloseLeg(Connection& c, Leg& leg);
+  void Reset(Connection& c, std::atomic<uint64_t>& reason);
+  void AbortLeg(Leg& leg);
+  void Finish(Connection& c);
+  void SweepConnections(uint64_t now_ms);
+  void RemoveDueFlows(uint64_t now_ms, bool all);
+  BackendPorts& PortsFor(const Endpoint& backend);
+
+  RelayConfig config_;
+  RelayCounters counters_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::map<std::pair<uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
+  Connection* connections_ = nullptr;  // intrusive list of live connections
+  size_t live_ = 0;
+  std::vector<Connection*> finished_;                // freed in Tick, outside lwIP's callbacks
+  std::deque<PendingRemoval> removals_;              // due times are increasing: a constant linger
+  static constexpr uint64_t kSweepIntervalMs = 100;  // timeout granularity
+  uint64_t now_ms_ = 0;                              // the worker's clock as of the last Tick
+  uint64_t next_sweep_ms_ = 0;
+  // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to
+  // return ERR_ABRT from that callback if and only if its pcb was aborted.
+  tcp_pcb* in_callback_ = nullptr;
+  bool in_callback_aborted_ = false;
+};
+
+}  // namespace xdpfwd

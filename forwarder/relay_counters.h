@@ -1,0 +1,66 @@
+// Counters both paths keep per connection event, so `xdpfwd` can print them side by side and
+// the benchmark can tell which path served what. Each live RelayCounters has one writer thread
+// (a worker or an event loop); other threads read it with Snapshot().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace xdpfwd {
+
+// Limits every path enforces the same way.
+struct RelayLimits {
+  // The backend handshake must complete within this, or the client is reset (counted).
+  std::chrono::milliseconds connect_timeout{5000};
+  // A connection with no bytes in either direction for this long is reset on both legs. 0: never.
+  std::chrono::milliseconds idle_timeout{0};
+  // Connections beyond this are refused at once (reset), counted as over_limit.
+  uint32_t max_connections = 16384;
+};
+
+// X(name, what it counts). One list, so the live counters, the snapshot and the formatter can
+// never disagree.
+#define XDPFWD_RELAY_COUNTERS(X)                                                \
+  X(accepted, "client connections taken")                                       \
+  X(active, "open now: client leg or backend leg still alive")                  \
+  X(completed, "ended with both directions closed cleanly")                     \
+  X(over_limit, "refused because max_connections was reached")                  \
+  X(backend_refused, "backend answered the SYN with a reset; client was reset") \
+  X(backend_timeout, "backend did not complete the handshake in time")          \
+  X(backend_error, "backend leg could not be started (no port, no memory)")     \
+  X(idle_timeout, "reset on both legs for idleness")                            \
+  X(client_reset, "client reset or aborted; backend leg was reset")             \
+  X(backend_reset, "backend reset mid-stream; client leg was reset")            \
+  X(shutdown_reset, "reset on both legs because xdpfwd was stopping")           \
+  X(bytes_to_backend, "payload bytes relayed client -> backend")                \
+  X(bytes_to_client, "payload bytes relayed backend -> client")
+
+// A plain copy, summable across threads and paths.
+struct RelayTotals {
+#define XDPFWD_FIELD(name, what) uint64_t name = 0;
+  XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  RelayTotals& operator+=(const RelayTotals& o);
+  // "accepted=10 active=2 completed=8 ... bytes_to_client=5242880".
+  std::string Format() const;
+};
+
+struct RelayCounters {
+#define XDPFWD_FIELD(name, what) std::atomic<uint64_t> name{0};
+  XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+
+  // For the owning thread only: one writer, so a relaxed load + store is enough and costs no
+  // locked instruction on the data path.
+  static void Add(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  static void Sub(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+  }
+  RelayTotals Snapshot() const;
+};
+
+}  // namespace xdpfwd

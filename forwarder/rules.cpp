@@ -1,0 +1,172 @@
+// Rule parsing: rinetd's file format and ADDRESS:PORT words.
+#include "forwarder/rules.h"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace xdpfwd {
+namespace {
+
+Result<uint16_t> ParsePort(const std::string& text, const std::string& whole) {
+  unsigned port = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || first == last || port == 0 || port > 65535) {
+    return Error{{}, "'" + text + "' in '" + whole + "' is not a port number (1-65535)"};
+  }
+  return static_cast<uint16_t>(port);
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+bool SameAddress(const SocketAddress& a, const SocketAddress& b) {
+  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
+}
+
+}  // namespace
+
+uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (family() == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  }
+  return 0;
+}
+
+Endpoint SocketAddress::ipv4() const {
+  const auto* sin = reinterpret_cast<const sockaddr_in*>(&storage);
+  return Endpoint{sin->sin_addr, ntohs(sin->sin_port)};
+}
+
+bool SocketAddress::is_any() const {
+  if (family() == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr == INADDR_ANY;
+  }
+  const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+  return IN6_IS_ADDR_UNSPECIFIED(&sin6->sin6_addr);
+}
+
+SocketAddress FromEndpoint(const Endpoint& ep) {
+  SocketAddress out;
+  auto* sin = reinterpret_cast<sockaddr_in*>(&out.storage);
+  sin->sin_family = AF_INET;
+  sin->sin_addr = ep.addr;
+  sin->sin_port = htons(ep.port);
+  out.length = sizeof(sockaddr_in);
+  return out;
+}
+
+Result<SocketAddress> ParseSocketAddress(const std::string& address, const std::string& port) {
+  const std::string whole = address + " " + port;
+  auto p = ParsePort(port, whole);
+  if (!p) return p.error();
+  SocketAddress out;
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) {
+    return FromEndpoint(Endpoint{v4, *p});
+  }
+  std::string bare = address;
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  if (inet_pton(AF_INET6, bare.c_str(), &v6) == 1) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_addr = v6;
+    sin6->sin6_port = htons(*p);
+    out.length = sizeof(sockaddr_in6);
+    return out;
+  }
+  return Error{{},
+               "'" + address + "' is not an IPv4 or IPv6 address (host names are not looked up)"};
+}
+
+Result<SocketAddress> ParseSocketAddress(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return Error{{},
+                 "'" + text + "' is not ADDRESS:PORT (for example 10.0.1.1:9000 or [::1]:9000)"};
+  }
+  std::string host = text.substr(0, colon);
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return Error{{},
+                 "'" + text + "': write an IPv6 address in brackets, as [" + host +
+                     "]:" + text.substr(colon + 1)};
+  }
+  auto p = ParsePort(text.substr(colon + 1), text);
+  if (!p) return p.error();
+  return ParseSocketAddress(host, text.substr(colon + 1));
+}
+
+std::string ToString(const SocketAddress& address) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (address.family() == AF_INET) return ToString(address.ipv4());
+  if (address.family() == AF_INET6) {
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&address.storage);
+    inet_ntop(AF_INET6, &sin6->sin6_addr, buf, sizeof(buf));
+    return "[" + std::string(buf) + "]:" + std::to_string(address.port());
+  }
+  return "(no address)";
+}
+
+Result<std::vector<Rule>> ParseRules(const std::string& text, const std::string& source_name) {
+  std::vector<Rule> rules;
+  std::istringstream in(text);
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    const std::string where = source_name + ":" + std::to_string(line_no);
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    const std::vector<std::string> words = Words(line);
+    if (words.empty()) continue;
+    if (words.size() != 4) {
+      const bool directive = words[0] == "allow" || words[0] == "deny" || words[0] == "logfile" ||
+                             words[0] == "logcommon" || words[0] == "pidlogfile";
+      if (directive) {
+        return Error{{}, where + ": rinetd directive '" + words[0] + "' is not supported"};
+      }
+      return Error{{},
+                   where + ": expected 'bindaddress bindport connectaddress connectport', got " +
+                       std::to_string(words.size()) + " word" + (words.size() == 1 ? "" : "s")};
+    }
+    auto listen = ParseSocketAddress(words[0], words[1]);
+    if (!listen) return Error{{}, where + ": listen address: " + listen.error().message()};
+    auto backend = ParseSocketAddress(words[2], words[3]);
+    if (!backend) return Error{{}, where + ": backend address: " + backend.error().message()};
+    if (backend->is_any()) {
+      return Error{{}, where + ": backend " + ToString(*backend) + " is not a connectable address"};
+    }
+    for (const Rule& r : rules) {
+      if (SameAddress(r.listen, *listen)) {
+        return Error{{},
+                     where + ": " + ToString(*listen) + " is already the listen address of line " +
+                         std::to_string(r.line)};
+      }
+    }
+    rules.push_back(Rule{static_cast<uint32_t>(rules.size()), *listen, *backend, line_no});
+  }
+  if (rules.empty()) return Error{{}, source_name + ": no rules"};
+  return rules;
+}
+
+Result<std::vector<Rule>> LoadRulesFile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return SystemError("cannot read rules file " + path);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return SystemError("cannot read rules file " + path);
+  return ParseRules(text.str(), path);
+}
+
+}  // namespace xdpfwd

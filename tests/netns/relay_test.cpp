@@ -1,0 +1,698 @@
+// The relay's semantics through the real xdpfwd binary, one suite for every path (--path xdp
+// and --path kernel): bulk transfer both ways at once, many concurrent connections, half-close,
+// resets from either side, refused and unreachable backends, timeouts, the connection cap, a
+// slow reader, 10,000 short connections that leave nothing behind, and a lossy path. A client
+// in the client namespace talks to xdpfwd on the root side of its veth; the backend runs in the
+// server namespace.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "tests/support/forwarder_process.h"
+#include "tests/support/netns_topology.h"
+#include "tests/support/tcp.h"
+
+extern "C" {
+#include <bpf/libbpf.h>
+#include <linux/if_link.h>
+}
+#include "lossy.skel.h"
+#include "lossy_shared.h"
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint16_t kPort = 9000;  // inside this test's own topology only
+
+// Under ASan the allocator keeps freed memory in quarantine, so resident memory says nothing
+// about leaks there; the release build checks it.
+#ifdef __SANITIZE_ADDRESS__
+constexpr bool kRssIsMeaningful = false;
+#else
+constexpr bool kRssIsMeaningful = true;
+#endif
+
+std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
+
+void SetLinger0(int fd) {
+  const linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+// Reads until EOF or error; returns -errno on error, else bytes read.
+int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  char buf[65536];
+  int64_t total = 0;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return -ETIMEDOUT;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) return total;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -errno;
+    }
+    total += n;
+  }
+}
+
+// An echo server for many connections at once, on one thread in the server namespace.
+class EchoServer {
+ public:
+  explicit EchoServer(UniqueFd listener) : listener_(std::move(listener)) {
+    fcntl(listener_.get(), F_SETFL, fcntl(listener_.get(), F_GETFL) | O_NONBLOCK);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~EchoServer() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void Loop() {
+    UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
+    epoll_event ev{EPOLLIN, {.fd = listener_.get()}};
+    epoll_ctl(ep.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+    std::vector<UniqueFd> conns;
+    std::vector<char> buf(65536);
+    while (!stop_) {
+      epoll_event events[64];
+      const int n = epoll_wait(ep.get(), events, 64, 50);
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listener_.get()) {
+          for (;;) {
+            const int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) break;
+            const int one = 1;
+            setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            epoll_event cev{EPOLLIN, {.fd = c}};
+            epoll_ctl(ep.get(), EPOLL_CTL_ADD, c, &cev);
+            conns.emplace_back(c);
+          }
+          continue;
+        }
+        const ssize_t got = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (got <= 0) {
+          if (got < 0 && errno == EAGAIN) continue;
+          epoll_ctl(ep.get(), EPOLL_CTL_DEL, fd, nullptr);
+          shutdown(fd, SHUT_WR);
+          continue;
+        }
+        for (ssize_t off = 0; off < got;) {
+          const ssize_t w =
+              send(fd, buf.data() + off, static_cast<size_t>(got - off), MSG_NOSIGNAL);
+          if (w < 0) break;
+          off += w;
+        }
+      }
+    }
+  }
+
+  UniqueFd listener_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The loss injector (xdp/lossy.bpf.c) on an interface inside a namespace: drops that share of
+// the IPv4 TCP frames the namespace receives. Gone with the namespace, detached here as well.
+class LossyLink {
+ public:
+  LossyLink(const std::string& ns, uint32_t drop_per_million) : ns_(ns) {
+    skel_ = lossy__open();
+    if (skel_ == nullptr) throw std::runtime_error("lossy__open");
+    skel_->rodata->drop_per_million = drop_per_million;
+    if (lossy__load(skel_) != 0) throw std::runtime_error("lossy__load");
+    RunInNamespace(ns_, [&] {
+      ifindex_ = static_cast<int>(if_nametoindex(Topology::kNsIf));
+      if (bpf_xdp_attach(ifindex_, bpf_program__fd(skel_->progs.lossy), XDP_FLAGS_DRV_MODE,
+                         nullptr) != 0) {
+        throw std::runtime_error("attach lossy in " + ns_);
+      }
+    });
+  }
+  ~LossyLink() {
+    try {
+      RunInNamespace(ns_, [&] { bpf_xdp_detach(ifindex_, XDP_FLAGS_DRV_MODE, nullptr); });
+    } catch (...) {
+    }
+    lossy__destroy(skel_);
+  }
+  uint64_t dropped() const {
+    const uint32_t key = LOSSY_DROPPED;
+    std::vector<uint64_t> per_cpu(static_cast<size_t>(libbpf_num_possible_cpus()));
+    if (bpf_map__lookup_elem(skel_->maps.lossy_counters, &key, sizeof(key), per_cpu.data(),
+                             per_cpu.size() * sizeof(uint64_t), 0) != 0) {
+      return 0;
+    }
+    uint64_t sum = 0;
+    for (uint64_t v : per_cpu) sum += v;
+    return sum;
+  }
+
+ private:
+  std::string ns_;
+  lossy* skel_ = nullptr;
+  int ifindex_ = 0;
+};
+
+// What SendPattern(seed, total) sends, byte for byte (it fills in 64 KiB chunks).
+std::vector<uint8_t> ExpectedPattern(uint64_t seed, uint64_t total) {
+  std::vector<uint8_t> out(total);
+  PatternStream pattern(seed);
+  for (uint64_t off = 0; off < total; off += 65536) {
+    pattern.Fill(out.data() + off, static_cast<size_t>(std::min<uint64_t>(65536, total - off)));
+  }
+  return out;
+}
+
+std::vector<uint8_t> ReceiveAllBytes(int fd) {
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> buf(65536);
+  for (;;) {
+    const ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.insert(out.end(), buf.begin(), buf.begin() + n);
+  }
+  return out;
+}
+
+// "" if equal, else where and how the received stream first differs.
+std::string FirstDifference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got == want) return "";
+  const size_t n = std::min(got.size(), want.size());
+  size_t i = 0;
+  while (i < n && got[i] == want[i]) ++i;
+  size_t j = i;
+  while (j < n && got[j] != want[j]) ++j;
+  std::string out = "received " + std::to_string(got.size()) + " of " +
+                    std::to_string(want.size()) + " bytes; first difference at offset " +
+                    std::to_string(i) + ", differing run " + std::to_string(j - i) + " bytes";
+  // Is the wrong run a copy of data from elsewhere in the stream (a stale or reused buffer)?
+  if (i < n && j - i >= 16) {
+    const auto it = std::search(want.begin(), want.end(), got.begin() + static_cast<long>(i),
+                                got.begin() + static_cast<long>(i + 16));
+    out += it == want.end() ? "; the wrong bytes appear nowhere in the stream"
+                            : "; the wrong bytes are the stream's bytes at offset " +
+                                  std::to_string(it - want.begin());
+  }
+  return out;
+}
+
+class RelayTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  }
+  std::string listen() const { return Addr(topo_.client_gw(), kPort); }
+  std::string backend() const { return Addr(topo_.server_addr(), kPort); }
+  std::unique_ptr<ForwarderProcess> Start(const std::vector<std::string>& extra = {}) {
+    return std::make_unique<ForwarderProcess>(GetParam(), listen(), backend(), extra);
+  }
+  // The backend's listener. accept() gives up after 20 s, so a connection that never reaches
+  // the backend fails the test instead of hanging it.
+  UniqueFd Listen() {
+    UniqueFd fd = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+    const timeval limit{20, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    return fd;
+  }
+  UniqueFd Connect() { return TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort); }
+  bool fast() const { return GetParam() == "xdp"; }
+
+  // Polls the forwarder's counters until `done` holds (bounded); the last counters.
+  std::map<std::string, uint64_t> WaitForStats(
+      ForwarderProcess& fwd,
+      const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
+      std::chrono::milliseconds timeout = 15s) {
+    const auto deadline = Clock::now() + timeout;
+    auto stats = fwd.Stats();
+    while (!done(stats) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+      stats = fwd.Stats();
+    }
+    return stats;
+  }
+
+  Topology topo_;
+};
+
+// 1 GiB from the client and 1 GiB from the backend at the same time; both hashes must match.
+TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
+  constexpr uint64_t kBytes = 1ull << 30;
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::promise<std::pair<StreamStats, StreamStats>> server_result;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    std::future<StreamStats> received =
+        std::async(std::launch::async, [&] { return ReceiveAll(c.get()); });
+    const StreamStats sent = SendPattern(c.get(), 2, kBytes);
+    server_result.set_value({sent, received.get()});
+  });
+  UniqueFd client = Connect();
+  std::future<StreamStats> received =
+      std::async(std::launch::async, [&] { return ReceiveAll(client.get()); });
+  const StreamStats sent = SendPattern(client.get(), 1, kBytes);
+  const StreamStats got = received.get();
+  server.join();
+  const auto [server_sent, server_got] = server_result.get_future().get();
+  EXPECT_EQ(server_got.bytes, kBytes);
+  EXPECT_EQ(server_got.hash, sent.hash) << "client -> backend stream corrupted";
+  EXPECT_EQ(got.bytes, kBytes);
+  EXPECT_EQ(got.hash, server_sent.hash) << "backend -> client stream corrupted";
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "bytes_to_backend"), kBytes);
+  EXPECT_EQ(fwd->Relay(stats, "bytes_to_client"), kBytes);
+  EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
+  if (fast()) {
+    // Really the fast path: the program redirected the flows, and lwIP did the work.
+    EXPECT_GT(ForwarderProcess::Get(stats, "steer.redirect_flow"), kBytes / 9000);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.frames_held"), 0u);
+  }
+}
+
+// 1,000 connections open at once, each echoing its own message.
+TEST_P(RelayTest, ThousandConcurrentConnectionsEcho) {
+  const int kConns = getenv("XF_CONNS") ? atoi(getenv("XF_CONNS")) : 1000;
+  EchoServer echo(Listen());
+  auto fwd = Start();
+  RunInNamespace(topo_.client_ns(), [&] {
+    std::vector<UniqueFd> conns;
+    for (int i = 0; i < kConns; ++i) {
+      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_addr = topo_.client_gw();
+      sa.sin_port = htons(kPort);
+      ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
+          << "connection " << i << ": " << strerror(errno);
+      conns.push_back(std::move(fd));
+    }
+    for (int i = 0; i < kConns; ++i) {
+      const std::string msg = "connection " + std::to_string(i) + std::string(1000, 'x');
+      ASSERT_EQ(send(conns[i].get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+    }
+    for (int i = 0; i < kConns; ++i) {
+      const std::string msg = "connection " + std::to_string(i) + std::string(1000, 'x');
+      std::string got(msg.size(), '\0');
+      size_t have = 0;
+      while (have < got.size()) {
+        pollfd p{conns[i].get(), POLLIN, 0};
+        ASSERT_EQ(poll(&p, 1, 10000), 1)
+            << "connection " << i << " timed out; " << fwd->Stats().size() << "\n"
+            << fwd->output();
+        const ssize_t n = recv(conns[i].get(), got.data() + have, got.size() - have, 0);
+        ASSERT_GT(n, 0) << "connection " << i;
+        have += static_cast<size_t>(n);
+      }
+      ASSERT_EQ(got, msg) << "connection " << i;
+    }
+    const auto stats = fwd->Stats();
+    EXPECT_EQ(fwd->Relay(stats, "active"), static_cast<uint64_t>(kConns));
+  });
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "accepted"), static_cast<uint64_t>(kConns));
+  EXPECT_EQ(fwd->Relay(stats, "completed"), static_cast<uint64_t>(kConns));
+}
+
+// The client shuts its write side after the request and still gets the whole response.
+TEST_P(RelayTest, HalfCloseKeepsTheOtherDirectionFlowing) {
+  constexpr uint64_t kResponse = 8ull << 20;
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::promise<StreamStats> request;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    request.set_value(ReceiveAll(c.get()));  // to EOF: the client's FIN came through
+    SendPattern(c.get(), 7, kResponse);
+  });
+  UniqueFd client = Connect();
+  const StreamStats sent = SendPattern(client.get(), 6, 100000);  // then shutdown(SHUT_WR)
+  const StreamStats got = ReceiveAll(client.get());
+  server.join();
+  const StreamStats req = request.get_future().get();
+  EXPECT_EQ(req.bytes, sent.bytes);
+  EXPECT_EQ(req.hash, sent.hash);
+  EXPECT_EQ(got.bytes, kResponse);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "completed") == 1; });
+  EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
+}
+
+// A backend reset mid-stream resets the client.
+TEST_P(RelayTest, BackendResetMidStreamResetsTheClient) {
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    char buf[4096];
+    ASSERT_GT(recv(c.get(), buf, sizeof(buf), 0), 0);
+    ASSERT_EQ(send(c.get(), "partial", 7, 0), 7);
+    SetLinger0(c.get());  // close now sends RST
+  });
+  UniqueFd client = Connect();
+  ASSERT_EQ(send(client.get(), "hello", 5, 0), 5);
+  server.join();
+  // The bytes sent before the reset may arrive or be discarded with it; the reset must arrive.
+  EXPECT_EQ(DrainUntilClosed(client.get(), 5s), -ECONNRESET);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "backend_reset"), 1u);
+}
+
+// No listener on the backend: the client is reset promptly, and it is counted.
+TEST_P(RelayTest, RefusedBackendResetsTheClientPromptly) {
+  auto fwd = Start();
+  UniqueFd client = Connect();
+  const auto start = Clock::now();
+  EXPECT_EQ(DrainUntilClosed(client.get(), 5s), -ECONNRESET);
+  EXPECT_LT(Clock::now() - start, 2s);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "backend_refused"), 1u);
+}
+
+// The client aborts mid-stream: the backend sees a reset, not a clean end.
+TEST_P(RelayTest, ClientAbortResetsTheBackend) {
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::promise<int64_t> backend_end;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    send(c.get(), "R", 1, 0);  // the backend leg exists: the abort below is mid-stream
+    backend_end.set_value(DrainUntilClosed(c.get(), 10s));
+  });
+  {
+    UniqueFd client = Connect();
+    char ready;
+    ASSERT_EQ(recv(client.get(), &ready, 1, 0), 1);
+    std::vector<char> chunk(256 * 1024, 'a');
+    ASSERT_EQ(send(client.get(), chunk.data(), chunk.size(), 0),
+              static_cast<ssize_t>(chunk.size()));
+    SetLinger0(client.get());
+  }  // RST
+  server.join();
+  EXPECT_EQ(backend_end.get_future().get(), -ECONNRESET);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "client_reset"), 1u);
+}
+
+// A backend that never answers the SYN: the connect timeout resets the client.
+TEST_P(RelayTest, UnansweredBackendTimesOut) {
+  UniqueFd listener = Listen();
+  LossyLink blackhole(topo_.server_ns(), 1'000'000);  // the server namespace drops all TCP
+  auto fwd = Start({"--connect-timeout", "500ms"});
+  UniqueFd client = Connect();
+  const auto start = Clock::now();
+  const int64_t end = DrainUntilClosed(client.get(), 10s);
+  EXPECT_TRUE(end == -ECONNRESET || end == 0) << end;
+  EXPECT_LT(Clock::now() - start, 3s);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "backend_timeout"), 1u);
+}
+
+TEST_P(RelayTest, IdleConnectionsAreReset) {
+  EchoServer echo(Listen());
+  auto fwd = Start({"--idle-timeout", "400ms"});
+  UniqueFd client = Connect();
+  ASSERT_EQ(send(client.get(), "x", 1, 0), 1);
+  char c;
+  ASSERT_EQ(recv(client.get(), &c, 1, 0), 1);
+  const auto start = Clock::now();
+  EXPECT_EQ(DrainUntilClosed(client.get(), 10s), -ECONNRESET);
+  EXPECT_GT(Clock::now() - start, 300ms);
+  EXPECT_LT(Clock::now() - start, 3s);
+  const auto stats =
+      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "idle_timeout"), 1u);
+}
+
+TEST_P(RelayTest, ConnectionCapRefusesTheExtraClient) {
+  EchoServer echo(Listen());
+  auto fwd = Start({"--max-connections", "2"});
+  UniqueFd a = Connect();
+  UniqueFd b = Connect();
+  for (int fd : {a.get(), b.get()}) {  // both relayed
+    ASSERT_EQ(send(fd, "y", 1, 0), 1);
+    char c;
+    ASSERT_EQ(recv(fd, &c, 1, 0), 1);
+  }
+  // The extra client is reset right after its handshake; the reset may even beat connect()'s
+  // return, which then fails with ECONNRESET itself.
+  RunInNamespace(topo_.client_ns(), [&] {
+    UniqueFd extra(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr = topo_.client_gw();
+    sa.sin_port = htons(kPort);
+    if (connect(extra.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      EXPECT_EQ(errno, ECONNRESET);
+    } else {
+      EXPECT_EQ(DrainUntilClosed(extra.get(), 5s), -ECONNRESET);
+    }
+  });
+  const auto stats = fwd->Stats();
+  EXPECT_EQ(fwd->Relay(stats, "over_limit"), 1u);
+  EXPECT_EQ(fwd->Relay(stats, "active"), 2u);
+}
+
+// The backend writes 64 MiB as fast as it can; the client does not read for a while. The
+// forwarder's memory must stay bounded by its windows, and every byte still arrives.
+TEST_P(RelayTest, SlowReaderKeepsMemoryBounded) {
+  constexpr uint64_t kBytes = 64ull << 20;
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  const uint64_t rss_before = fwd->RssKib();
+  std::promise<StreamStats> sent;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    sent.set_value(SendPattern(c.get(), 9, kBytes));
+  });
+  UniqueFd client = Connect();
+  std::this_thread::sleep_for(1500ms);  // a stalled reader (the point of the test, not a sync)
+  const auto stalled = fwd->Stats();
+  const uint64_t rss_stalled = fwd->RssKib();
+  const StreamStats got = ReceiveAll(client.get());
+  server.join();
+  EXPECT_EQ(got.bytes, kBytes);
+  EXPECT_EQ(got.hash, sent.get_future().get().hash);
+  // Windows and send buffers of the two legs are a few MiB; 64 MiB would mean unbounded.
+  if (kRssIsMeaningful) {
+    EXPECT_LT(rss_stalled - rss_before, 24u * 1024) << "RSS grew from " << rss_before << " KiB";
+  }
+  if (fast()) {
+    EXPECT_LT(ForwarderProcess::Get(stalled, "fast.lwip_heap_bytes"), 8u << 20);
+    EXPECT_LT(ForwarderProcess::Get(stalled, "fast.frames_held"), 64u)
+        << "a stalled reader must not pin the UMEM frames every connection receives into";
+  }
+}
+
+// 10,000 short connections one after another; afterwards nothing has grown: no connection,
+// flow entry, pcb or frame left, and memory where it was after the first few hundred.
+TEST_P(RelayTest, TenThousandShortConnectionsLeaveNothingBehind) {
+  constexpr int kConns = 10000;
+  EchoServer echo(Listen());
+  auto fwd = Start();
+  // Measured after a warm-up: pools (the kernel path's pipes, lwIP's heap) have their size.
+  size_t fds_warm = 0;
+  uint64_t rss_warm = 0;
+  RunInNamespace(topo_.client_ns(), [&] {
+    for (int i = 0; i < kConns; ++i) {
+      if (i == 500) {
+        rss_warm = fwd->RssKib();
+        fds_warm = fwd->OpenFds();
+      }
+      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_addr = topo_.client_gw();
+      sa.sin_port = htons(kPort);
+      ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
+          << "connection " << i << ": " << strerror(errno);
+      char msg[32] = "ping";
+      ASSERT_EQ(send(fd.get(), msg, sizeof(msg), 0), 32);
+      ASSERT_EQ(recv(fd.get(), msg, sizeof(msg), MSG_WAITALL), 32) << "connection " << i;
+    }
+  });
+  const auto stats = WaitForStats(*fwd, [&](const auto& s) {
+    return fwd->Relay(s, "active") == 0 && ForwarderProcess::Get(s, "fast.flows") == 0 &&
+           ForwarderProcess::Get(s, "fast.lwip_pcbs") == 0;
+  });
+  EXPECT_EQ(fwd->Relay(stats, "accepted"), static_cast<uint64_t>(kConns));
+  EXPECT_EQ(fwd->Relay(stats, "completed"), static_cast<uint64_t>(kConns));
+  EXPECT_EQ(fwd->Relay(stats, "active"), 0u);
+  EXPECT_LE(fwd->OpenFds(), fds_warm);
+  if (kRssIsMeaningful) {
+    EXPECT_LT(fwd->RssKib(), rss_warm + 2048) << "memory grew with connections served";
+  }
+  if (fast()) {
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.flows"), 0u);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.closing_flows"), 0u);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.lwip_pcbs"), 0u);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.lwip_heap_bytes"), 0u);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.frames_held"), 0u);
+  }
+}
+
+// 1% of the TCP frames the client and the backend receive are dropped: the relay's
+// retransmissions still deliver every byte, both ways.
+TEST_P(RelayTest, OnePercentLossStillDeliversEverything) {
+  constexpr uint64_t kBytes = 32ull << 20;
+  UniqueFd listener = Listen();
+  LossyLink client_loss(topo_.client_ns(), 10'000);
+  LossyLink server_loss(topo_.server_ns(), 10'000);
+  auto fwd = Start();
+  std::vector<uint8_t> at_server;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    std::thread rx([&] { at_server = ReceiveAllBytes(c.get()); });
+    SendPattern(c.get(), 4, kBytes);
+    rx.join();
+  });
+  UniqueFd client = Connect();
+  std::vector<uint8_t> at_client;
+  std::thread rx([&] { at_client = ReceiveAllBytes(client.get()); });
+  SendPattern(client.get(), 3, kBytes);
+  rx.join();
+  server.join();
+  EXPECT_EQ(FirstDifference(at_server, ExpectedPattern(3, kBytes)), "") << "client -> backend";
+  EXPECT_EQ(FirstDifference(at_client, ExpectedPattern(4, kBytes)), "") << "backend -> client";
+  EXPECT_GT(client_loss.dropped(), 0u);
+  EXPECT_GT(server_loss.dropped(), 0u);
+  if (fast()) {
+    EXPECT_GT(ForwarderProcess::Get(fwd->Stats(), "fast.retransmits"), 0u);
+  }
+}
+
+// Small request/response exchanges, each request written in two pieces (the pattern that
+// meets Nagle and delayed ACKs head on): no exchange may take the classic 40 ms.
+TEST_P(RelayTest, SmallExchangesDoNotStall) {
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    const int one = 1;
+    setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char req[32];
+    while (recv(c.get(), req, sizeof(req), MSG_WAITALL) == 32) {
+      if (send(c.get(), req, 16, 0) != 16 || send(c.get(), req + 16, 16, 0) != 16) break;
+    }
+  });
+  UniqueFd client = Connect();
+  int slow = 0;
+  constexpr int kRounds = 200;
+  for (int i = 0; i < kRounds; ++i) {
+    const auto start = Clock::now();
+    char buf[32] = {};
+    ASSERT_EQ(send(client.get(), buf, 16, 0), 16);
+    ASSERT_EQ(send(client.get(), buf + 16, 16, 0), 16);
+    ASSERT_EQ(recv(client.get(), buf, 32, MSG_WAITALL), 32);
+    if (Clock::now() - start >= 35ms) ++slow;
+  }
+  shutdown(client.get(), SHUT_WR);
+  server.join();
+  // A Nagle/delayed-ACK stall hits every exchange; a few slow ones are scheduler noise.
+  EXPECT_LT(slow, kRounds / 20) << slow << " of " << kRounds << " exchanges took >= 35 ms";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RelayTest, ::testing::Values("xdp", "kernel"),
+                         [](const auto& p) { return p.param; });
+
+// Fast path only: the forwarded connections have no kernel socket at all.
+class FastPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  }
+  Topology topo_;
+};
+
+TEST_F(FastPathTest, ForwardedConnectionsHaveNoKernelSocket) {
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    EchoUntilEof(c.get());
+  });
+  UniqueFd client = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+  ASSERT_EQ(send(client.get(), "abc", 3, 0), 3);
+  char buf[3];
+  ASSERT_EQ(recv(client.get(), buf, 3, MSG_WAITALL), 3);
+  // The root namespace's kernel has no socket on the listen address nor toward the backend.
+  const auto ss = RunCommand("", "ss -tan");
+  EXPECT_EQ(ss.output.find(Addr(topo_.client_gw(), kPort)), std::string::npos) << ss.output;
+  EXPECT_EQ(ss.output.find(Addr(topo_.server_addr(), kPort)), std::string::npos) << ss.output;
+  const auto stats = fwd.Stats();
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.active"), 1u);
+  EXPECT_GE(ForwarderProcess::Get(stats, "steer.redirect_new_flow"), 1u);
+  EXPECT_GE(ForwarderProcess::Get(stats, "steer.redirect_flow"), 4u);
+  shutdown(client.get(), SHUT_WR);
+  server.join();
+  EXPECT_EQ(fwd.Stop(), 0);
+  // Stopped: XDP detached from both interfaces.
+  for (const std::string& ifname : {topo_.client_side_if(), topo_.server_side_if()}) {
+    const auto link = RunCommand("", "ip link show " + ifname);
+    EXPECT_EQ(link.output.find("xdp"), std::string::npos) << link.output;
+  }
+}
+
+TEST(Cli, BadArgumentsExitTwoWithAMessage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  } cases[] = {
+      {{}, "no rule"},
+      {{"10.0.0.1:80"}, "expected LISTEN BACKEND"},
+      {{"10.0.0.1:80", "nowhere"}, "BACKEND: 'nowhere' is not ADDRESS:PORT"},
+      {{"--path", "fast", "10.0.0.1:80", "10.0.0.2:80"},
+       "--path: 'fast' is not auto, xdp or kernel"},
+      {{"--connect-timeout", "soon", "10.0.0.1:80", "10.0.0.2:80"}, "is not a duration"},
+      {{"--bogus", "10.0.0.1:80", "10.0.0.2:80"}, "unknown option --bogus"},
+      {{"-c", "/nonexistent/rules"}, "/nonexistent/rules"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv{ForwarderProcess::BinaryPath()};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const RunResult r = RunProgram(argv, 10s);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+  }
+}
+
+// --path xdp on an address no interface has: exit 1, saying so, nothing left attached.
+TEST_F(FastPathTest, XdpPathThatCannotStartExitsOne) {
+  const RunResult r = RunProgram({ForwarderProcess::BinaryPath(), "--path", "xdp",
+                                  "198.51.100.77:9000", Addr(topo_.server_addr(), kPort)},
+                                 10s);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("fast path cannot start"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("198.51.100.77"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace xdpfwd::test

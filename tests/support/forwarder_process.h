@@ -1,0 +1,50 @@
+// The real xdpfwd binary under test: started as a child process with a rule from a topology,
+// ready when it logs its "ready:" line, its counters read by sending SIGUSR1 and parsing the
+// key=value lines it prints, stopped with SIGTERM.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/child_process.h"
+
+namespace xdpfwd::test {
+
+class ForwarderProcess {
+ public:
+  // Runs `xdpfwd --path <path> <extra...> <listen> <backend>`; throws if it is not ready in 10 s
+  // (the exception carries its output).
+  ForwarderProcess(const std::string& path, const std::string& listen, const std::string& backend,
+                   const std::vector<std::string>& extra = {});
+  ~ForwarderProcess();
+
+  // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow"...
+  // A counter the running paths do not print is absent (reads as 0 through Get).
+  std::map<std::string, uint64_t> Stats();
+  static uint64_t Get(const std::map<std::string, uint64_t>& stats, const std::string& key);
+  // The relay counter of whichever path this forwarder runs ("accepted", "backend_reset"...),
+  // summed over both paths in auto mode.
+  uint64_t Relay(const std::map<std::string, uint64_t>& stats, const std::string& name) const;
+
+  // SIGTERM and wait; the exit code.
+  int Stop();
+  pid_t pid() const { return child_->pid(); }
+  const std::string& output() const { return child_->output(); }
+  // Resident memory of the process (VmRSS), in KiB.
+  uint64_t RssKib() const;
+  // Open file descriptors of the process.
+  size_t OpenFds() const;
+
+  static std::string BinaryPath();
+
+ private:
+  std::string path_;
+  std::unique_ptr<ChildProcess> child_;
+};
+
+}  // namespace xdpfwd::test
