@@ -254,6 +254,28 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
     return stats;
   }
 
+  // The counters once every connection has ended.
+  std::map<std::string, uint64_t> WaitUntilIdle(ForwarderProcess& fwd) {
+    return WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
+  }
+
+  // A raw connect from inside the client namespace (call within RunInNamespace): -1 with errno
+  // on failure, for tests that expect connects to fail or open many at once.
+  int ConnectHere() const {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr = topo_.client_gw();
+    sa.sin_port = htons(kPort);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      const int err = errno;
+      close(fd);
+      errno = err;
+      return -1;
+    }
+    return fd;
+  }
+
   Topology topo_;
 };
 
@@ -281,8 +303,7 @@ TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
   EXPECT_EQ(server_got.hash, sent.hash) << "client -> backend stream corrupted";
   EXPECT_EQ(got.bytes, kBytes);
   EXPECT_EQ(got.hash, server_sent.hash) << "backend -> client stream corrupted";
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "bytes_to_backend"), kBytes);
   EXPECT_EQ(fwd->Relay(stats, "bytes_to_client"), kBytes);
   EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
@@ -301,13 +322,8 @@ TEST_P(RelayTest, ThousandConcurrentConnectionsEcho) {
   RunInNamespace(topo_.client_ns(), [&] {
     std::vector<UniqueFd> conns;
     for (int i = 0; i < kConns; ++i) {
-      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_addr = topo_.client_gw();
-      sa.sin_port = htons(kPort);
-      ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
-          << "connection " << i << ": " << strerror(errno);
+      UniqueFd fd(ConnectHere());
+      ASSERT_TRUE(fd) << "connection " << i << ": " << strerror(errno);
       conns.push_back(std::move(fd));
     }
     for (int i = 0; i < kConns; ++i) {
@@ -332,8 +348,7 @@ TEST_P(RelayTest, ThousandConcurrentConnectionsEcho) {
     const auto stats = fwd->Stats();
     EXPECT_EQ(fwd->Relay(stats, "active"), static_cast<uint64_t>(kConns));
   });
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "accepted"), static_cast<uint64_t>(kConns));
   EXPECT_EQ(fwd->Relay(stats, "completed"), static_cast<uint64_t>(kConns));
 }
@@ -378,8 +393,7 @@ TEST_P(RelayTest, BackendResetMidStreamResetsTheClient) {
   server.join();
   // The bytes sent before the reset may arrive or be discarded with it; the reset must arrive.
   EXPECT_EQ(DrainUntilClosed(client.get(), 5s), -ECONNRESET);
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "backend_reset"), 1u);
 }
 
@@ -390,8 +404,7 @@ TEST_P(RelayTest, RefusedBackendResetsTheClientPromptly) {
   const auto start = Clock::now();
   EXPECT_EQ(DrainUntilClosed(client.get(), 5s), -ECONNRESET);
   EXPECT_LT(Clock::now() - start, 2s);
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "backend_refused"), 1u);
 }
 
@@ -416,8 +429,7 @@ TEST_P(RelayTest, ClientAbortResetsTheBackend) {
   }  // RST
   server.join();
   EXPECT_EQ(backend_end.get_future().get(), -ECONNRESET);
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "client_reset"), 1u);
 }
 
@@ -431,8 +443,7 @@ TEST_P(RelayTest, UnansweredBackendTimesOut) {
   const int64_t end = DrainUntilClosed(client.get(), 10s);
   EXPECT_TRUE(end == -ECONNRESET || end == 0) << end;
   EXPECT_LT(Clock::now() - start, 3s);
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "backend_timeout"), 1u);
 }
 
@@ -447,8 +458,7 @@ TEST_P(RelayTest, IdleConnectionsAreReset) {
   EXPECT_EQ(DrainUntilClosed(client.get(), 10s), -ECONNRESET);
   EXPECT_GT(Clock::now() - start, 300ms);
   EXPECT_LT(Clock::now() - start, 3s);
-  const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "idle_timeout"), 1u);
 }
 
@@ -465,12 +475,8 @@ TEST_P(RelayTest, ConnectionCapRefusesTheExtraClient) {
   // The extra client is reset right after its handshake; the reset may even beat connect()'s
   // return, which then fails with ECONNRESET itself.
   RunInNamespace(topo_.client_ns(), [&] {
-    UniqueFd extra(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr = topo_.client_gw();
-    sa.sin_port = htons(kPort);
-    if (connect(extra.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    UniqueFd extra(ConnectHere());
+    if (!extra) {
       EXPECT_EQ(errno, ECONNRESET);
     } else {
       EXPECT_EQ(DrainUntilClosed(extra.get(), 5s), -ECONNRESET);
@@ -527,13 +533,8 @@ TEST_P(RelayTest, TenThousandShortConnectionsLeaveNothingBehind) {
         rss_warm = fwd->RssKib();
         fds_warm = fwd->OpenFds();
       }
-      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_addr = topo_.client_gw();
-      sa.sin_port = htons(kPort);
-      ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
-          << "connection " << i << ": " << strerror(errno);
+      UniqueFd fd(ConnectHere());
+      ASSERT_TRUE(fd) << "connection " << i << ": " << strerror(errno);
       char msg[32] = "ping";
       ASSERT_EQ(send(fd.get(), msg, sizeof(msg), 0), 32);
       ASSERT_EQ(recv(fd.get(), msg, sizeof(msg), MSG_WAITALL), 32) << "connection " << i;
