@@ -11,6 +11,7 @@
 
 #include "lossy.skel.h"
 #include "lossy_shared.h"
+#include "tests/support/lossy_counters.h"
 #include "tests/support/packet_builder.h"
 
 namespace xdpfwd::test {
@@ -40,15 +41,8 @@ int RunOnce(const LossySkel& skel, std::vector<uint8_t> frame) {
   return static_cast<int>(opts.retval);
 }
 
-uint64_t Counter(const LossySkel& skel, uint32_t index) {
-  const int ncpu = libbpf_num_possible_cpus();
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
-  EXPECT_EQ(bpf_map__lookup_elem(skel->maps.lossy_counters, &index, sizeof(index), per_cpu.data(),
-                                 per_cpu.size() * sizeof(uint64_t), 0),
-            0);
-  uint64_t total = 0;
-  for (uint64_t v : per_cpu) total += v;
-  return total;
+std::optional<uint64_t> Counter(const LossySkel& skel, lossy_counter which) {
+  return LossyCounter(skel.get(), which);
 }
 
 const std::vector<uint8_t> kTcp =

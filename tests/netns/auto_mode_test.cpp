@@ -25,6 +25,7 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/forwarder_process.h"
+#include "tests/support/lossy_counters.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
 
@@ -325,17 +326,7 @@ class ForeignXdp {
 
   uint32_t prog_id() const { return prog_id_; }
   // IPv4 TCP frames the program has seen (and passed).
-  uint64_t passed_tcp() const {
-    const uint32_t key = LOSSY_PASSED_TCP;
-    std::vector<uint64_t> per_cpu(static_cast<size_t>(libbpf_num_possible_cpus()));
-    if (bpf_map__lookup_elem(skel_->maps.lossy_counters, &key, sizeof(key), per_cpu.data(),
-                             per_cpu.size() * sizeof(uint64_t), 0) != 0) {
-      return 0;
-    }
-    uint64_t sum = 0;
-    for (uint64_t v : per_cpu) sum += v;
-    return sum;
-  }
+  uint64_t passed_tcp() const { return LossyCounter(skel_, LOSSY_PASSED_TCP).value_or(0); }
 
  private:
   std::string ifname_;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/support/forwarder_process.h"
+#include "tests/support/lossy_counters.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
 
@@ -157,17 +158,7 @@ class LossyLink {
     }
     lossy__destroy(skel_);
   }
-  uint64_t dropped() const {
-    const uint32_t key = LOSSY_DROPPED;
-    std::vector<uint64_t> per_cpu(static_cast<size_t>(libbpf_num_possible_cpus()));
-    if (bpf_map__lookup_elem(skel_->maps.lossy_counters, &key, sizeof(key), per_cpu.data(),
-                             per_cpu.size() * sizeof(uint64_t), 0) != 0) {
-      return 0;
-    }
-    uint64_t sum = 0;
-    for (uint64_t v : per_cpu) sum += v;
-    return sum;
-  }
+  uint64_t dropped() const { return LossyCounter(skel_, LOSSY_DROPPED).value_or(0); }
 
  private:
   std::string ns_;
