@@ -157,7 +157,6 @@ struct Relay::Callbacks {
     leg->connected = true;
     c.last_active_ms = r.now_ms_;
     r.Pump(c, c.client, c.backend);
-    if (!c.finished) r.MaybeCloseLeg(c, c.backend);
     return scope.result();
   }
 
@@ -177,7 +176,6 @@ struct Relay::Callbacks {
     if (p == nullptr) {
       leg->fin_received = true;
       r.Pump(c, *leg, to);
-      if (!c.finished) r.MaybeCloseLeg(c, *leg);
       return scope.result();
     }
     c.last_active_ms = r.now_ms_;
@@ -199,8 +197,13 @@ struct Relay::Callbacks {
     Connection& c = *leg->conn;
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
+    c.last_active_ms = r.now_ms_;
     Leg& from = c.other(*leg);
-    if (!from.backlog.empty() || (from.fin_received && !leg->fin_sent)) r.Pump(c, from, *leg);
+    if (!from.backlog.empty() || (from.fin_received && !leg->fin_sent)) {
+      r.Pump(c, from, *leg);
+    } else {
+      r.CloseFinishedLegs(c);  // the ACK may have been the last one this leg waited for
+    }
     return scope.result();
   }
 
@@ -216,7 +219,7 @@ struct Relay::Callbacks {
     RelayCounters& n = r.counters_;
     if (err == ERR_CLSD) {
       leg->fin_received = leg->fin_sent = true;
-      r.MaybeCloseLeg(c, *leg);
+      r.CloseFinishedLegs(c);
       return;
     }
     if (!leg->is_client && !leg->connected) {
@@ -350,7 +353,10 @@ bool Relay::StartBackend(Connection& c) {
 }
 
 void Relay::Pump(Connection& c, Leg& from, Leg& to) {
-  if (to.pcb == nullptr || !to.connected || to.fin_sent) return;
+  if (to.pcb == nullptr || !to.connected || to.fin_sent) {
+    CloseFinishedLegs(c);
+    return;
+  }
   uint32_t written = 0;
   while (!from.backlog.empty()) {
     pbuf*& head = from.backlog.front();
@@ -388,12 +394,27 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
   if (from.backlog.empty() && from.fin_received && !to.fin_sent) {
     tcp_shutdown(to.pcb, 0, 1);  // half-close: the other direction keeps flowing
     to.fin_sent = true;
-    MaybeCloseLeg(c, to);
   }
+  CloseFinishedLegs(c);
 }
 
+void Relay::CloseFinishedLegs(Connection& c) {
+  if (!c.finished) MaybeCloseLeg(c, c.client);
+  if (!c.finished) MaybeCloseLeg(c, c.backend);
+}
+
+// A leg is closed once both FINs have passed and the peer has acknowledged everything it was
+// sent, our FIN included. Closing earlier hands lwIP a pcb with data still in flight and
+// TF_RXCLOSED set: lwIP then stops refreshing the pcb's activity timer, drops it 2 * TCP_MSL
+// (4 s) after the close even while ACKs keep arriving, and the peer's next segment meets a
+// reset. Under loss that truncated a stream (seen in CI). Until then the leg keeps its
+// callbacks; if lwIP ends the pcb itself (the last ACK in LAST_ACK), the err callback says
+// ERR_CLSD.
 void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
-  if (leg.pcb != nullptr && leg.fin_received && leg.fin_sent && leg.backlog.empty()) {
+  const tcp_pcb* p = leg.pcb;
+  const bool acknowledged = p != nullptr && p->unsent == nullptr && p->unacked == nullptr &&
+                            (p->flags & TF_CLOSEPEND) == 0;
+  if (acknowledged && leg.fin_received && leg.fin_sent && leg.backlog.empty()) {
     tcp_pcb* pcb = leg.pcb;
     DetachCallbacks(pcb);
     leg.pcb = nullptr;
@@ -478,6 +499,9 @@ void Relay::SweepConnections(uint64_t now_ms) {
       // no ACK is coming to retry it) gets another chance here.
       if (!c->client.backlog.empty()) Pump(*c, c->client, c->backend);
       if (!c->finished && !c->backend.backlog.empty()) Pump(*c, c->backend, c->client);
+      // lwIP gives no callback when the ACK of a bare FIN takes a leg from CLOSING to
+      // TIME_WAIT; such a leg is closed here.
+      if (!c->finished) CloseFinishedLegs(*c);
     }
     c = next;
   }

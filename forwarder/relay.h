@@ -84,6 +84,7 @@ class Relay {
   bool StartBackend(Connection& c);
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
+  void CloseFinishedLegs(Connection& c);
   void Reset(Connection& c, std::atomic<uint64_t>& reason);
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);

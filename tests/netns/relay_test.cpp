@@ -176,13 +176,17 @@ std::vector<uint8_t> ExpectedPattern(uint64_t seed, uint64_t total) {
   return out;
 }
 
-std::vector<uint8_t> ReceiveAllBytes(int fd) {
+// Everything until the stream ends; `ended` (if given) says how: "EOF" or the error.
+std::vector<uint8_t> ReceiveAllBytes(int fd, std::string* ended = nullptr) {
   std::vector<uint8_t> out;
   std::vector<uint8_t> buf(65536);
   for (;;) {
     const ssize_t n = recv(fd, buf.data(), buf.size(), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) {
+      if (ended != nullptr) *ended = n == 0 ? "EOF" : strerror(errno);
+      break;
+    }
     out.insert(out.end(), buf.begin(), buf.begin() + n);
   }
   return out;
@@ -252,8 +256,10 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
 
   // A raw connect from inside the client namespace (call within RunInNamespace): -1 with errno
   // on failure, for tests that expect connects to fail or open many at once.
-  int ConnectHere() const {
+  // `rcvbuf` > 0 fixes the socket's receive buffer (and turns off its autotuning).
+  int ConnectHere(int rcvbuf = 0) const {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_addr = topo_.client_gw();
@@ -366,6 +372,54 @@ TEST_P(RelayTest, HalfCloseKeepsTheOtherDirectionFlowing) {
   const auto stats =
       WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "completed") == 1; });
   EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
+}
+
+// Both FINs have passed while the end of the response still waits for a client that is not
+// reading (its window is shut). The forwarder must keep that leg until the client has taken
+// every byte (lwIP drops a closed pcb 2 * TCP_MSL, 4 s, after the close, so the client stays
+// away for 5 s), and close both legs afterwards. Two sizes: 512 KiB fits into the forwarder
+// whole, so the backend's FIN is relayed while the client has taken nothing; 4 MiB does not,
+// so the backend's FIN waits behind the data.
+TEST_P(RelayTest, ResponseQueuedAfterBothFinsReachesASlowClient) {
+  const std::vector<uint64_t> sizes = {512u << 10, 4u << 20};
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::thread server([&] {
+    std::vector<std::thread> answers;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      UniqueFd c(accept(listener.get(), nullptr, nullptr));
+      if (!c) break;
+      answers.emplace_back([c = std::move(c)] {
+        uint64_t size = 0;
+        if (recv(c.get(), &size, sizeof(size), MSG_WAITALL) != sizeof(size)) return;
+        ReceiveAll(c.get());               // to the client's FIN
+        SendPattern(c.get(), size, size);  // then the backend's own FIN
+      });
+    }
+    for (auto& t : answers) t.join();
+  });
+  std::vector<std::vector<uint8_t>> got(sizes.size());
+  std::vector<std::string> ended(sizes.size());
+  RunInNamespace(topo_.client_ns(), [&] {
+    std::vector<UniqueFd> clients;
+    for (uint64_t size : sizes) {
+      clients.emplace_back(ConnectHere(64 * 1024));
+      ASSERT_TRUE(clients.back()) << strerror(errno);
+      ASSERT_EQ(send(clients.back().get(), &size, sizeof(size), 0), 8);
+      ASSERT_EQ(shutdown(clients.back().get(), SHUT_WR), 0);
+    }
+    std::this_thread::sleep_for(5s);  // the slow clients (the point of the test, not a sync)
+    for (size_t i = 0; i < sizes.size(); ++i) got[i] = ReceiveAllBytes(clients[i].get(), &ended[i]);
+  });
+  server.join();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(FirstDifference(got[i], ExpectedPattern(sizes[i], sizes[i])), "")
+        << sizes[i] << " bytes; the client's stream ended with " << ended[i];
+    EXPECT_EQ(ended[i], "EOF") << sizes[i] << " bytes";
+  }
+  const auto stats = WaitUntilIdle(*fwd);
+  EXPECT_EQ(fwd->Relay(stats, "active"), 0u) << "a leg was never closed";
+  EXPECT_EQ(fwd->Relay(stats, "completed"), sizes.size());
 }
 
 // A backend reset mid-stream resets the client.
@@ -568,12 +622,14 @@ TEST_P(RelayTest, OnePercentLossStillDeliversEverything) {
   });
   UniqueFd client = Connect();
   std::vector<uint8_t> at_client;
-  std::thread rx([&] { at_client = ReceiveAllBytes(client.get()); });
+  std::string client_end;
+  std::thread rx([&] { at_client = ReceiveAllBytes(client.get(), &client_end); });
   SendPattern(client.get(), 3, kBytes);
   rx.join();
   server.join();
   EXPECT_EQ(FirstDifference(at_server, ExpectedPattern(3, kBytes)), "") << "client -> backend";
-  EXPECT_EQ(FirstDifference(at_client, ExpectedPattern(4, kBytes)), "") << "backend -> client";
+  EXPECT_EQ(FirstDifference(at_client, ExpectedPattern(4, kBytes)), "")
+      << "backend -> client; the client's stream ended with " << client_end;
   EXPECT_GT(client_loss.dropped(), 0u);
   EXPECT_GT(server_loss.dropped(), 0u);
   if (fast()) {
