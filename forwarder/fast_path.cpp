@@ -190,6 +190,7 @@ void FastPath::Impl::Publish() {
   s.closing_flows = st.closing_flows;
   for (auto& i : ifaces) {
     s.flows += i->steer->FlowCount();
+    s.client_flows += i->steer->ClientFlowCount();
     const FrameAccount f = i->port->frames();
     s.frames_held += f.held;
     const XskStats x = i->port->stats();
@@ -361,7 +362,8 @@ FastPath::~FastPath() { Stop(); }
 
 std::string FastPathSnapshot::Format() const {
   return relay.Format() + " connections=" + std::to_string(connections) +
-         " flows=" + std::to_string(flows) + " closing_flows=" + std::to_string(closing_flows) +
+         " flows=" + std::to_string(flows) + " client_flows=" + std::to_string(client_flows) +
+         " closing_flows=" + std::to_string(closing_flows) +
          " lwip_pcbs=" + std::to_string(lwip_pcbs) +
          " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +
          " frames_held=" + std::to_string(frames_held) +

@@ -35,6 +35,7 @@ struct FastPathSnapshot {
   uint64_t connections = 0;      // live relay connections
   uint64_t closing_flows = 0;    // flow entries lingering after close
   uint64_t flows = 0;            // entries in all steering maps
+  uint64_t client_flows = 0;     // of those, client flows (counted against --flow-capacity)
   uint64_t lwip_pcbs = 0;        // lwIP connection pcbs in use (TIME_WAIT included)
   uint64_t lwip_heap_bytes = 0;  // lwIP heap in use
   uint64_t frames_held = 0;      // UMEM frames held by lwIP (received data not yet released)

@@ -52,7 +52,8 @@ const char* Usage() {
          "                           the listen address)\n"
          "  --backend-iface NAME     fast path: the backend-side interface (default: the route's)\n"
          "  --backend-ports LO-HI    fast path: local ports of backend legs (default 61000-65535)\n"
-         "  --flow-capacity N        fast path: steering flow-table entries\n"
+         "  --flow-capacity N        fast path: client flows steered at once per interface; new\n"
+         "                           connections beyond it go to the kernel path (default 65536)\n"
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
@@ -160,7 +161,7 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       o.backend_ports = *r;
     } else if (a == "--flow-capacity") {
       XDPFWD_VALUE(v);
-      auto n = ParseNumber<uint32_t>(a, *v, 1, 1u << 24);
+      auto n = ParseNumber<uint32_t>(a, *v, 1, kMaxFlowCapacity);
       if (!n) return n.error();
       o.flow_capacity = *n;
     } else if (a == "--generic") {

@@ -24,6 +24,16 @@
 
 /* Runtime settings, written through the skeleton before load. */
 const volatile __u8 check_kernel_sockets = 1;
+/* How many client flows (entries this program inserts on SYNs) may exist at
+ * once. The flow map has room for twice as many: the backend legs' entries,
+ * which the worker inserts after accepting a client, must always fit, or an
+ * accepted client would have to be reset instead of going to the kernel. */
+const volatile __u32 syn_flow_budget = STEER_DEFAULT_FLOW_CAPACITY;
+/* Client flows in the map: +1 here on insertion, -1 by userspace when it
+ * removes one (through the mmap'ed .bss). Several CPUs may pass the check
+ * at once, so the budget can be overshot by at most one entry per CPU; the
+ * map's spare room absorbs that. */
+__u64 syn_flows = 0;
 /* Who attached the program (read-only after load): lets a later start tell a
  * live xdpfwd from a stale one. Userspace finds it through the .rodata map's
  * BTF. */
@@ -204,6 +214,9 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	if (check_kernel_sockets && kernel_owns(ctx, ip, tcp))
 		return decide(ctx, STEER_PASS_KERNEL_OWNS, XDP_PASS);
 
+	if (syn_flows >= syn_flow_budget)
+		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
+
 	flow.owner = ctx->rx_queue_index;
 	flow.rule_id = listener->rule_id;
 	flow.created_ns = bpf_ktime_get_ns();
@@ -213,12 +226,15 @@ int xdpfwd_steer(struct xdp_md *ctx)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 	if (err && err != -EEXIST) /* -EEXIST: another CPU inserted it */
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
+	if (!err)
+		__sync_fetch_and_add(&syn_flows, 1);
 
 	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
 	if (action != XDP_REDIRECT) {
 		/* Nobody on this queue would serve the flow: let the kernel
 		 * have it. */
-		bpf_map_delete_elem(&steer_flows, &key);
+		if (!err && bpf_map_delete_elem(&steer_flows, &key) == 0)
+			__sync_fetch_and_add(&syn_flows, -1);
 		return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
 	}
 	return decide(ctx, STEER_REDIRECT_NEW_FLOW, XDP_REDIRECT);

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <cstring>
 #include <fstream>
@@ -103,6 +104,11 @@ bool OwnerAlive(const steer_owner& owner) {
   if (kill(static_cast<pid_t>(owner.pid), 0) != 0 && errno == ESRCH) return false;
   return ProcessStartTime(static_cast<pid_t>(owner.pid)) == owner.start_time;
 }
+
+// The flow map holds the client flows (at most `flow_capacity`, the program's budget) and the
+// backend legs' entries the worker adds for them, plus room for the budget's overshoot when
+// CPUs race (one entry per CPU at most).
+uint32_t FlowMapEntries(const SteerOptions& options) { return 2 * options.flow_capacity + 256; }
 
 steer_flow_key KeyOf(const FlowTuple& t) {
   steer_flow_key key{};
@@ -314,7 +320,9 @@ std::string_view ReasonName(SteerReason reason) {
 std::string_view ModeName(XdpMode mode) { return mode == XdpMode::kGeneric ? "generic" : "native"; }
 
 Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& options) {
-  if (options.flow_capacity == 0) return Error{{}, "flow capacity must be at least 1"};
+  if (options.flow_capacity == 0 || options.flow_capacity > kMaxFlowCapacity) {
+    return Error{{}, "flow capacity must be between 1 and " + std::to_string(kMaxFlowCapacity)};
+  }
   std::unique_ptr<SteerProgram> self(new SteerProgram());
   self->options_ = options;
   self->skel_ = std::make_unique<Skeleton>();
@@ -327,7 +335,10 @@ Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& opt
     s->rodata->check_kernel_sockets = options.check_kernel_sockets ? 1 : 0;
     s->rodata->steer_owner_info.pid = static_cast<uint32_t>(getpid());
     s->rodata->steer_owner_info.start_time = ProcessStartTime(getpid());
-    if (int err = bpf_map__set_max_entries(s->maps.steer_flows, options.flow_capacity)) return err;
+    s->rodata->syn_flow_budget = options.flow_capacity;
+    if (int err = bpf_map__set_max_entries(s->maps.steer_flows, FlowMapEntries(options))) {
+      return err;
+    }
     return steer__load(s);
   });
   if (load_err != 0) {
@@ -450,10 +461,18 @@ Result<void> SteerProgram::AddFlow(const FlowTuple& tuple, uint32_t owner, uint3
 
 Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
   const steer_flow_key key = KeyOf(tuple);
-  if (bpf_map__delete_elem(skel_->s->maps.steer_flows, &key, sizeof(key), 0) != 0) {
+  steer_flow value{};
+  if (bpf_map__lookup_and_delete_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value,
+                                      sizeof(value), 0) != 0) {
     return SystemError(ifname_ + ": removing flow");
   }
+  // The program counts the client flows it inserts against its budget; give the slot back.
+  if (value.origin == STEER_FLOW_FROM_SYN) std::atomic_ref(skel_->s->bss->syn_flows).fetch_sub(1);
   return {};
+}
+
+uint64_t SteerProgram::ClientFlowCount() const {
+  return std::atomic_ref(skel_->s->bss->syn_flows).load(std::memory_order_relaxed);
 }
 
 std::optional<steer_flow> SteerProgram::LookupFlow(const FlowTuple& tuple) const {

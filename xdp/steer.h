@@ -43,7 +43,11 @@ using SteerCounters = std::array<steer_counter, kSteerReasonCount>;
 enum class XdpMode { kNative, kGeneric };
 std::string_view ModeName(XdpMode mode);
 
+inline constexpr uint32_t kMaxFlowCapacity = 1u << 24;
+
 struct SteerOptions {
+  // Client flows the program steers at once; SYNs beyond it pass to the kernel. The map is
+  // sized for these and their backend legs.
   uint32_t flow_capacity = STEER_DEFAULT_FLOW_CAPACITY;
   bool check_kernel_sockets = true;
   bool allow_generic = true;   // fall back to generic (SKB) mode when native attach fails
@@ -85,6 +89,8 @@ class SteerProgram {
   Result<void> RemoveFlow(const FlowTuple& tuple);
   std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
   size_t FlowCount() const;
+  // Client flows (inserted on SYNs) counted against the flow capacity.
+  uint64_t ClientFlowCount() const;
   Result<void> BindQueue(uint32_t queue, int xsk_fd);
   Result<void> UnbindQueue(uint32_t queue);
   SteerCounters ReadCounters() const;

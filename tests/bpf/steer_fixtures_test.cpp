@@ -171,6 +171,43 @@ TEST_F(SteerFixtureTest, FullFlowTablePassesNewSyns) {
   Expect(Syn(41002), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
 }
 
+// The capacity counts client flows only: with the budget spent, the worker can still add the
+// backend legs of the flows it accepted (one per client flow), and removing those gives no
+// client slot back.
+TEST_F(SteerFixtureTest, BackendLegsDoNotUseTheClientBudget) {
+  SteerOptions small;
+  small.flow_capacity = 2;
+  Load(small);
+  BindSocket();
+  Expect(Syn(41000), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  Expect(Syn(41001), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  EXPECT_EQ(prog_->ClientFlowCount(), 2u);
+  const FlowTuple backend_a{Ip("198.19.0.2"), Ip("198.19.0.1"), 9001, 61000};
+  const FlowTuple backend_b{Ip("198.19.0.2"), Ip("198.19.0.1"), 9001, 61001};
+  ASSERT_TRUE(prog_->AddFlow(backend_a, 0, 1));
+  ASSERT_TRUE(prog_->AddFlow(backend_b, 0, 1));
+  EXPECT_EQ(prog_->FlowCount(), 4u);
+  EXPECT_EQ(prog_->ClientFlowCount(), 2u);
+  ASSERT_TRUE(prog_->RemoveFlow(backend_a));
+  EXPECT_EQ(prog_->ClientFlowCount(), 2u);
+  Expect(Syn(41002), XDP_PASS, SteerReason::kPassFlowTableFull);
+  ASSERT_TRUE(prog_->RemoveFlow({Ip(kClient), Ip(kListen), 41001, kListenPort}));
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u);
+  Expect(Syn(41002), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+}
+
+// A SYN that finds no socket on its queue leaves no entry and takes no slot.
+TEST_F(SteerFixtureTest, SynWithoutSocketTakesNoSlot) {
+  SteerOptions small;
+  small.flow_capacity = 1;
+  Load(small);
+  Expect(Syn(41000), XDP_PASS, SteerReason::kPassNoSocket);
+  EXPECT_EQ(prog_->FlowCount(), 0u);
+  EXPECT_EQ(prog_->ClientFlowCount(), 0u);
+  BindSocket();
+  Expect(Syn(41001), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+}
+
 TEST_F(SteerFixtureTest, NotOursPasses) {
   BindSocket();
   Expect(Packet().Eth(0x0806).Raw(std::vector<uint8_t>(28, 0)).Build(), XDP_PASS,

@@ -396,6 +396,53 @@ class AutoModeTest : public ::testing::Test {
   std::optional<Topology> topo_;
 };
 
+// With the flow capacity at 4, the first four of twelve concurrent connections take the fast
+// path and the steering program passes the other eight to the kernel path; every connection
+// then echoes 1 MiB intact, all at once. When the fast connections have ended and their flow
+// entries have lingered out, the capacity is free again and a new connection takes the fast
+// path.
+TEST_F(AutoModeTest, ConnectionsBeyondTheFlowCapacityGoToTheKernelPath) {
+  constexpr uint64_t kCapacity = 4;
+  constexpr uint64_t kConns = 12;
+  EchoBackend echo(topo(), kPort);
+  AutoForwarder fwd({"--flow-capacity", std::to_string(kCapacity), listen(), backend()});
+  ExpectFastPathRunning(fwd);
+  std::vector<UniqueFd> clients;
+  for (uint64_t i = 0; i < kConns; ++i) clients.push_back(Connect());
+  const auto accepted = [](const Counters& s) {
+    return Get(s, "fast.accepted") + Get(s, "kernel.accepted");
+  };
+  Counters c = fwd.WaitForStats([&](const Counters& s) { return accepted(s) == kConns; });
+  EXPECT_EQ(Get(c, "fast.accepted"), kCapacity) << fwd.output();
+  EXPECT_EQ(Get(c, "kernel.accepted"), kConns - kCapacity);
+  EXPECT_EQ(Get(c, "fast.client_flows"), kCapacity);
+  EXPECT_GE(Get(c, "steer.pass_flow_table_full"), kConns - kCapacity);
+  EXPECT_EQ(Get(c, "fast.backend_error"), 0u) << "a backend leg found no room in the flow table";
+
+  std::vector<std::thread> transfers;
+  for (uint64_t i = 0; i < kConns; ++i) {
+    transfers.emplace_back([fd = clients[i].get(), i] { ExpectEchoedMiB(fd, 100 + i); });
+  }
+  for (std::thread& t : transfers) t.join();
+  clients.clear();
+  c = fwd.WaitForStats(
+      [](const Counters& s) { return Get(s, "fast.active") == 0 && Get(s, "kernel.active") == 0; });
+  EXPECT_EQ(Get(c, "fast.completed"), kCapacity);
+  EXPECT_EQ(Get(c, "kernel.completed"), kConns - kCapacity);
+  EXPECT_EQ(Get(c, "fast.bytes_to_client") + Get(c, "kernel.bytes_to_client"), kConns * kMiB);
+
+  // The flow entries linger 4.5 s after close (late retransmissions still reach lwIP).
+  c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.client_flows") == 0; });
+  ASSERT_EQ(Get(c, "fast.client_flows"), 0u) << "closed connections kept their slots";
+  {
+    UniqueFd again = Connect();
+    ExpectEchoedMiB(again.get(), 99);
+  }
+  c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.completed") == kCapacity + 1; });
+  EXPECT_EQ(Get(c, "fast.completed"), kCapacity + 1);
+  EXPECT_EQ(Get(c, "kernel.accepted"), kConns - kCapacity);
+}
+
 // An IPv6 client is served by the kernel path and an IPv4 client by the fast path, both
 // through one xdpfwd whose rules share port 9000.
 TEST_F(AutoModeTest, IPv6ClientIsServedByTheKernelPath) {
