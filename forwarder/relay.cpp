@@ -5,6 +5,9 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
+
+#include "stack/os/log.h"
 
 extern "C" {
 #include "lwip/pbuf.h"
@@ -85,6 +88,8 @@ struct Relay::Leg {
   bool fin_received = false;  // the peer's FIN has arrived (lwIP's recv with a null pbuf)
   bool fin_sent = false;      // our FIN is queued toward this peer
   PbufQueue backlog;          // received from this leg, not yet queued on the other leg
+  uint64_t received = 0;      // bytes lwIP delivered from this leg's peer
+  uint64_t relayed = 0;       // of those, bytes queued on the other leg
 };
 
 struct Relay::Connection {
@@ -179,6 +184,7 @@ struct Relay::Callbacks {
       return scope.result();
     }
     c.last_active_ms = r.now_ms_;
+    leg->received += p->tot_len;
     // The pbuf is always taken (DESIGN.md: lwIP parks refused data until its next timer); the
     // window this leg advertises opens only as the other leg accepts the bytes.
     const bool blocked = !leg->backlog.empty();
@@ -215,13 +221,15 @@ struct Relay::Callbacks {
     Connection& c = *leg->conn;
     Relay& r = *c.relay;
     leg->pcb = nullptr;
-    leg->backlog.FreeAll();
     RelayCounters& n = r.counters_;
     if (err == ERR_CLSD) {
+      // Both FINs were through and acknowledged, but what this leg received may still wait
+      // for the other leg's window: it is ours to deliver, and the other leg's FIN follows it.
       leg->fin_received = leg->fin_sent = true;
-      r.CloseFinishedLegs(c);
+      r.Pump(c, *leg, c.other(*leg));
       return;
     }
+    leg->backlog.FreeAll();
     if (!leg->is_client && !leg->connected) {
       r.Reset(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
     } else {
@@ -379,6 +387,7 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
     from.backlog.pop();
   }
   if (written > 0) {
+    from.relayed += written;
     tcp_output(to.pcb);
     RelayCounters::Add(to.is_client ? counters_.bytes_to_client : counters_.bytes_to_backend,
                        written);
@@ -426,7 +435,17 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
     }
   }
   if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
-    if (c.client.fin_sent && c.backend.fin_sent) RelayCounters::Add(counters_.completed);
+    if (c.client.fin_sent && c.backend.fin_sent) {
+      RelayCounters::Add(counters_.completed);
+      // Both FINs went through, so every byte received must have been relayed.
+      for (const Leg* l : {&c.client, &c.backend}) {
+        if (l->received != l->relayed) {
+          Log(std::string("relay: BUG: a completed connection relayed ") +
+              std::to_string(l->relayed) + " of the " + std::to_string(l->received) +
+              " bytes received from its " + (l->is_client ? "client" : "backend"));
+        }
+      }
+    }
     Finish(c);
   }
 }

@@ -422,6 +422,41 @@ TEST_P(RelayTest, ResponseQueuedAfterBothFinsReachesASlowClient) {
   EXPECT_EQ(fwd->Relay(stats, "completed"), sizes.size());
 }
 
+// The backend sends its whole response and its FIN before the client has read a byte, and
+// only then does the client send its request and FIN. lwIP ends the backend leg on its own
+// (LAST_ACK, then the backend's last ACK) while part of the response still waits in the relay
+// for the client's window: that part must still arrive, before the FIN.
+TEST_P(RelayTest, BackendLegEndedByLwipStillDeliversWhatIsQueued) {
+  constexpr uint64_t kResponse = 1536u << 10;  // more than the client leg's send buffer
+  UniqueFd listener = Listen();
+  auto fwd = Start();
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    SendPattern(c.get(), 5, kResponse);  // then its FIN
+    ReceiveAll(c.get());                 // the request, to the client's FIN
+  });
+  std::vector<uint8_t> got;
+  std::string ended;
+  RunInNamespace(topo_.client_ns(), [&] {
+    UniqueFd client(ConnectHere(64 * 1024));
+    ASSERT_TRUE(client) << strerror(errno);
+    // Waits (the point of the test, not a sync): the response and the backend's FIN reach the
+    // forwarder; then the client's FIN reaches the backend, which acknowledges it.
+    std::this_thread::sleep_for(1s);
+    ASSERT_EQ(send(client.get(), "request", 7, 0), 7);
+    ASSERT_EQ(shutdown(client.get(), SHUT_WR), 0);
+    std::this_thread::sleep_for(500ms);
+    got = ReceiveAllBytes(client.get(), &ended);
+  });
+  server.join();
+  EXPECT_EQ(FirstDifference(got, ExpectedPattern(5, kResponse)), "")
+      << "the client's stream ended with " << ended;
+  EXPECT_EQ(ended, "EOF");
+  const auto stats = WaitUntilIdle(*fwd);
+  EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
+  EXPECT_EQ(fwd->Relay(stats, "bytes_to_client"), kResponse);
+}
+
 // A backend reset mid-stream resets the client.
 TEST_P(RelayTest, BackendResetMidStreamResetsTheClient) {
   UniqueFd listener = Listen();
@@ -627,9 +662,18 @@ TEST_P(RelayTest, OnePercentLossStillDeliversEverything) {
   SendPattern(client.get(), 3, kBytes);
   rx.join();
   server.join();
-  EXPECT_EQ(FirstDifference(at_server, ExpectedPattern(3, kBytes)), "") << "client -> backend";
+  const auto stats = fwd->Stats();
+  std::string counters;  // what the forwarder saw, should the streams differ
+  for (const auto& [key, value] : stats) counters += " " + key + "=" + std::to_string(value);
+  EXPECT_EQ(FirstDifference(at_server, ExpectedPattern(3, kBytes)), "")
+      << "client -> backend; counters:" << counters;
   EXPECT_EQ(FirstDifference(at_client, ExpectedPattern(4, kBytes)), "")
-      << "backend -> client; the client's stream ended with " << client_end;
+      << "backend -> client; the client's stream ended with " << client_end
+      << "; counters:" << counters;
+  if (HasFailure()) {
+    WaitUntilIdle(*fwd);
+    ADD_FAILURE() << "forwarder output:\n" << fwd->output();
+  }
   EXPECT_GT(client_loss.dropped(), 0u);
   EXPECT_GT(server_loss.dropped(), 0u);
   if (fast()) {
