@@ -16,23 +16,31 @@ extern char** environ;
 
 namespace xdpfwd::test {
 
-ChildProcess::ChildProcess(std::vector<std::string> argv) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, Input input) {
   int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0)
+  int infd[2] = {-1, -1};
+  if (pipe2(pipefd, O_CLOEXEC) != 0 || (input == Input::kPipe && pipe2(infd, O_CLOEXEC) != 0))
     throw std::runtime_error("pipe2: " + std::string(strerror(errno)));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (input == Input::kPipe) {
+    posix_spawn_file_actions_adddup2(&actions, infd[0], STDIN_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  }
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   const int err = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(pipefd[1]);
+  if (infd[0] >= 0) close(infd[0]);
+  in_fd_ = infd[1];
   if (err != 0) {
     close(pipefd[0]);
+    CloseStdin();
     throw std::runtime_error("spawn " + argv[0] + ": " + strerror(err));
   }
   out_fd_ = pipefd[0];
@@ -46,6 +54,12 @@ ChildProcess::~ChildProcess() {
     }
   }
   if (out_fd_ >= 0) close(out_fd_);
+  CloseStdin();
+}
+
+void ChildProcess::CloseStdin() {
+  if (in_fd_ >= 0) close(in_fd_);
+  in_fd_ = -1;
 }
 
 void ChildProcess::ReadAvailable(int timeout_ms) {
@@ -81,6 +95,8 @@ void ChildProcess::Signal(int sig) {
 }
 
 std::optional<int> ChildProcess::Wait(std::chrono::milliseconds timeout) {
+  // Once reaped, waitpid would fail with ECHILD until the deadline: answer at once.
+  if (reaped_) return exit_code_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
@@ -88,7 +104,8 @@ std::optional<int> ChildProcess::Wait(std::chrono::milliseconds timeout) {
     if (r == pid_) {
       reaped_ = true;
       while (out_fd_ >= 0) ReadAvailable(100);
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     ReadAvailable(10);

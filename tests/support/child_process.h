@@ -14,8 +14,11 @@ namespace xdpfwd::test {
 
 class ChildProcess {
  public:
+  // What the child reads: /dev/null, or a pipe the test closes with CloseStdin.
+  enum class Input { kNull, kPipe };
+
   // Starts argv[0] (a path) with stdout and stderr captured together. Throws on failure.
-  explicit ChildProcess(std::vector<std::string> argv);
+  explicit ChildProcess(std::vector<std::string> argv, Input input = Input::kNull);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -24,6 +27,8 @@ class ChildProcess {
   // Reads output until a line containing `needle` appears; false on timeout or exit.
   bool WaitForLine(const std::string& needle, std::chrono::milliseconds timeout);
   void Signal(int sig);
+  // The child's stdin (Input::kPipe) reaches EOF.
+  void CloseStdin();
   // Waits for exit; the exit code (or 128 + signal), nullopt on timeout.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
   // Everything read so far (after Wait, everything the child wrote).
@@ -34,7 +39,9 @@ class ChildProcess {
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int in_fd_ = -1;
   bool reaped_ = false;
+  int exit_code_ = -1;
   size_t scanned_ = 0;
   std::string output_;
 };

@@ -1,0 +1,37 @@
+// The load generator's command line: a mode (serve, rr, rate, hold) and its options.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/loadgen/net.h"
+#include "stack/os/result.h"
+
+namespace xdpfwd::loadgen {
+
+enum class Mode { kServe, kRequestResponse, kRate, kHold };
+
+struct Options {
+  Mode mode = Mode::kServe;
+  bool help = false;
+  SockAddr listen;                    // serve
+  SockAddr connect;                   // rr, rate, hold
+  std::vector<SockAddr> sources;      // client source addresses, used in turn
+  uint32_t connections = 0;           // rr, hold
+  uint32_t concurrency = 0;           // rate: slots; hold: connects in progress at once (256)
+  uint64_t request = 0;               // bytes per request
+  uint64_t response = 0;              // bytes per response
+  double seconds = 0;                 // measured time (rr, rate)
+  double warmup = 1.0;                // before it, excluded from statistics
+  double timeout = 5.0;               // per connect and per exchange; counts as a timeout error
+  bool close_after_response = false;  // serve
+  int cpu = -1;
+};
+
+const char* Usage();
+// args without the program name. Errors name the option at fault.
+Result<Options> ParseArgs(const std::vector<std::string>& args);
+const char* ModeName(Mode mode);
+
+}  // namespace xdpfwd::loadgen

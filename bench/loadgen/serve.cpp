@@ -1,0 +1,244 @@
+// serve: the benchmark's backend. One thread, level-triggered epoll, non-blocking sockets: on
+// each connection read exactly --request bytes, write exactly --response bytes, repeat (or close
+// after the first response, so TIME_WAIT stays on this side in connection-rate runs).
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "bench/loadgen/modes.h"
+#include "bench/loadgen/process.h"
+#include "bench/loadgen/report.h"
+
+namespace xdpfwd::loadgen {
+namespace {
+
+constexpr size_t kChunk = 256 * 1024;  // largest single read or write
+constexpr int kBacklog = 4096;         // connection-rate runs open thousands per second
+// After EMFILE/ENFILE the listener is left out of epoll this long (or until a connection
+// closes): the pending connection would otherwise wake every epoll_wait and spin the loop.
+constexpr uint64_t kAcceptPauseNs = 100'000'000;
+
+struct Connection {
+  bool open = false;
+  bool writing = false;    // the request is complete; the response is being written
+  bool wants_out = false;  // registered for EPOLLOUT (a write would have blocked)
+  uint64_t done = 0;       // bytes of the current request read, or response written
+};
+
+class Server {
+ public:
+  Server(const Options& o, UniqueFd listener, UniqueFd signals, UniqueFd epoll)
+      : o_(o),
+        listener_(std::move(listener)),
+        signals_(std::move(signals)),
+        epoll_(std::move(epoll)),
+        scratch_(kChunk),
+        pattern_(kChunk) {
+    for (size_t i = 0; i < kChunk; ++i) pattern_[i] = static_cast<char>('a' + i % 26);
+  }
+
+  Result<void> Run() {
+    if (!Watch(EPOLL_CTL_ADD, listener_.get(), EPOLLIN) ||
+        !Watch(EPOLL_CTL_ADD, signals_.get(), EPOLLIN)) {
+      return SystemError("epoll_ctl");
+    }
+    epoll_event events[256];
+    for (;;) {
+      int wait_ms = -1;
+      if (accept_paused_until_ != 0) {
+        const uint64_t now = NowNs();
+        wait_ms = now >= accept_paused_until_
+                      ? 0
+                      : static_cast<int>((accept_paused_until_ - now) / 1'000'000 + 1);
+      }
+      const int n = epoll_wait(epoll_.get(), events, 256, wait_ms);
+      if (n < 0 && errno != EINTR) return SystemError("epoll_wait");
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == signals_.get()) return {};
+        if (fd == listener_.get()) {
+          Accept();
+        } else {
+          Serve(fd);
+        }
+      }
+      if (accept_paused_until_ != 0 && NowNs() >= accept_paused_until_) ResumeAccept();
+    }
+  }
+
+  JsonObject Summary(const std::string& listen) const {
+    JsonObject errors;
+    errors.Count("accept", accept_errors_).Count("reset", resets_).Count("short", shorts_);
+    JsonObject j;
+    j.String("mode", "serve")
+        .String("listen", listen)
+        .Count("connections", accepted_)
+        .Count("exchanges", exchanges_)
+        .Count("bytes_received", bytes_in_)
+        .Count("bytes_sent", bytes_out_)
+        .Object("errors", errors);
+    return j;
+  }
+
+ private:
+  bool Watch(int op, int fd, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    return epoll_ctl(epoll_.get(), op, fd, &ev) == 0;
+  }
+
+  void Accept() {
+    for (int i = 0; i < 64; ++i) {
+      const int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == ECONNABORTED || errno == EINTR) return;
+        ++accept_errors_;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          Watch(EPOLL_CTL_MOD, listener_.get(), 0);
+          accept_paused_until_ = NowNs() + kAcceptPauseNs;
+        }
+        return;
+      }
+      if (static_cast<size_t>(fd) >= connections_.size()) connections_.resize(fd * 2 + 64);
+      if (!Watch(EPOLL_CTL_ADD, fd, EPOLLIN)) {
+        ++accept_errors_;
+        close(fd);
+        continue;
+      }
+      connections_[fd] = Connection{.open = true};
+      ++accepted_;
+    }
+  }
+
+  void ResumeAccept() {
+    accept_paused_until_ = 0;
+    Watch(EPOLL_CTL_MOD, listener_.get(), EPOLLIN);
+  }
+
+  void Close(int fd) {
+    close(fd);  // also leaves epoll
+    connections_[fd].open = false;
+    if (accept_paused_until_ != 0) ResumeAccept();
+  }
+
+  void Serve(int fd) {
+    Connection& c = connections_[fd];
+    if (!c.open) return;
+    if (c.writing) {
+      Write(fd, c);
+      return;
+    }
+    for (;;) {
+      // Never read past this request: the next one is answered only after this response.
+      const ssize_t n = recv(fd, scratch_.data(), std::min(o_.request - c.done, kChunk), 0);
+      if (n > 0) {
+        bytes_in_ += static_cast<uint64_t>(n);
+        c.done += static_cast<uint64_t>(n);
+        if (c.done == o_.request) {
+          c.writing = true;
+          c.done = 0;
+          // No read after the response: the client sends nothing until it has it, and epoll
+          // reports anything early (a recv that would only say EAGAIN costs a syscall per
+          // exchange).
+          Write(fd, c);
+          return;
+        }
+      } else if (n == 0) {
+        if (c.done != 0) ++shorts_;  // EOF between requests is the client's normal close
+        Close(fd);
+        return;
+      } else {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) {
+          ++resets_;
+          Close(fd);
+        }
+        return;
+      }
+    }
+  }
+
+  void Write(int fd, Connection& c) {
+    while (c.done < o_.response) {
+      const ssize_t n =
+          send(fd, pattern_.data(), std::min(o_.response - c.done, kChunk), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) {
+          ++resets_;
+          Close(fd);
+        } else if (!c.wants_out) {
+          c.wants_out = true;
+          Watch(EPOLL_CTL_MOD, fd, EPOLLOUT);
+        }
+        return;
+      }
+      bytes_out_ += static_cast<uint64_t>(n);
+      c.done += static_cast<uint64_t>(n);
+    }
+    ++exchanges_;
+    if (o_.close_after_response) {
+      Close(fd);
+      return;
+    }
+    c.writing = false;
+    c.done = 0;
+    if (c.wants_out) {
+      c.wants_out = false;
+      Watch(EPOLL_CTL_MOD, fd, EPOLLIN);
+    }
+  }
+
+  const Options& o_;
+  UniqueFd listener_;
+  UniqueFd signals_;
+  UniqueFd epoll_;
+  std::vector<char> scratch_;
+  std::vector<char> pattern_;
+  std::vector<Connection> connections_;  // indexed by fd
+  uint64_t accept_paused_until_ = 0;     // NowNs() deadline, 0 when accepting
+  uint64_t accepted_ = 0, exchanges_ = 0, bytes_in_ = 0, bytes_out_ = 0;
+  uint64_t accept_errors_ = 0, resets_ = 0, shorts_ = 0;
+};
+
+}  // namespace
+
+int RunServe(const Options& o) {
+  RaiseFileLimitToHard();  // one descriptor per held connection
+  auto signals = StopSignalFd();
+  if (!signals) {
+    Log(signals.error().message());
+    return 1;
+  }
+  auto listener = Listen(o.listen, kBacklog);
+  if (!listener) {
+    Log(listener.error().message());
+    return 1;
+  }
+  UniqueFd epoll(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll) {
+    Log(SystemError("epoll_create1").message());
+    return 1;
+  }
+  auto bound = LocalAddress(listener->get());
+  if (!bound) {
+    Log(bound.error().message());
+    return 1;
+  }
+  Log("serve: listening on " + ToString(*bound));
+  Server server(o, std::move(*listener), std::move(*signals), std::move(epoll));
+  auto ran = server.Run();
+  if (!ran) {
+    Log(ran.error().message());
+    return 1;
+  }
+  PrintLine(server.Summary(ToString(*bound)));
+  return 0;
+}
+
+}  // namespace xdpfwd::loadgen

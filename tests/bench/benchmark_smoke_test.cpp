@@ -1,0 +1,70 @@
+// The benchmark runner's smoke run (`bench/run --quick`), as CI runs it: it must finish, and
+// every configuration must have produced every number. Its own namespaces, interface names and
+// subnets, so it cannot meet another run's.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/child_process.h"
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The table rows (lines starting with "| ") of results.md that name `label`.
+std::vector<std::string> RowsFor(const std::string& table, const std::string& label) {
+  std::vector<std::string> rows;
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| " + label + " |", 0) == 0) rows.push_back(line);
+  }
+  return rows;
+}
+
+TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
+  if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("xdpfwd-bench-" + std::to_string(getpid()));
+  std::filesystem::remove_all(out);
+  const std::string prefix = "xq" + std::to_string(getpid() % 100000);
+  ChildProcess run({BENCH_RUNNER, "--quick", "--out", out.string(), "--prefix", prefix,
+                    "--client-net", "198.18.251", "--server-net", "198.19.251", "--xdpfwd",
+                    XDPFWD_BINARY, "--loadgen", LOADGEN_BINARY});
+  const auto code = run.Wait(240s);
+  ASSERT_TRUE(code.has_value()) << "bench/run --quick took over 4 minutes:\n" << run.output();
+  EXPECT_EQ(*code, 0) << run.output();
+  const std::string table = ReadFile(out / "results.md");
+  ASSERT_FALSE(table.empty()) << "no results.md:\n" << run.output();
+  EXPECT_NE(ReadFile(out / "results.json").find("\"xdpfwd-xdp\""), std::string::npos);
+  // The labels bench/run prints; socat and HAProxy are installed by scripts/setup.
+  for (const std::string label :
+       {"direct kernel routing (no proxy)", "xdpfwd --path kernel", "xdpfwd --path xdp",
+        "socat (fork per connection)", "HAProxy (mode tcp, 1 thread)"}) {
+    const auto rows = RowsFor(table, label);
+    ASSERT_EQ(rows.size(), 1u) << label << " missing from:\n" << table;
+    // direct routing has no forwarder process: no CPU, syscall or memory figures.
+    const bool direct = label.rfind("direct", 0) == 0;
+    std::string row = rows[0];
+    size_t missing = 0;
+    for (size_t at = row.find("—"); at != std::string::npos; at = row.find("—", at + 1)) ++missing;
+    EXPECT_EQ(missing, direct ? 4u : 0u) << "a measurement produced no number:\n" << row;
+  }
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test

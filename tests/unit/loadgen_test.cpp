@@ -1,0 +1,188 @@
+// The xdpfwd-loadgen binary end to end on loopback: serve answers, rr/rate/hold report what they
+// did as JSON with no errors and ordered percentiles, failures are counted, bad arguments exit 2.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tests/support/child_process.h"
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Binary() { return XDPFWD_LOADGEN_BINARY; }
+
+// The line of `output` that starts with `prefix` (a JSON object's first key).
+std::string JsonLine(const std::string& output, const std::string& prefix) {
+  size_t at = output.find("\n" + prefix);
+  at = output.rfind(prefix, 0) == 0 ? 0 : (at == std::string::npos ? at : at + 1);
+  if (at == std::string::npos) throw std::runtime_error("no '" + prefix + "' line in:\n" + output);
+  return output.substr(at, output.find('\n', at) - at);
+}
+
+// The number under "key" in a one-line JSON object, inside the object under "within" if given.
+// Keys in our output are unique enough for that ("connect" vs "connections" differ by the quote).
+double Field(const std::string& json, const std::string& key, const std::string& within = "") {
+  const size_t from = within.empty() ? 0 : json.find("\"" + within + "\":{");
+  const size_t at = from == std::string::npos ? from : json.find("\"" + key + "\":", from);
+  if (at == std::string::npos) {
+    throw std::runtime_error("no " + within + "." + key + " in " + json);
+  }
+  return std::strtod(json.c_str() + at + key.size() + 3, nullptr);
+}
+
+void ExpectNoErrors(const std::string& json) {
+  for (const char* kind : {"connect", "reset", "timeout", "short", "excess"}) {
+    EXPECT_EQ(Field(json, kind, "errors"), 0) << kind << " in " << json;
+  }
+}
+
+void ExpectOrderedLatency(const std::string& json) {
+  const char* order[] = {"p50", "p90", "p99", "p999", "max"};
+  EXPECT_GT(Field(json, "p50", "latency_us"), 0) << json;
+  for (int i = 1; i < 5; ++i) {
+    EXPECT_LE(Field(json, order[i - 1], "latency_us"), Field(json, order[i], "latency_us"))
+        << order[i - 1] << " > " << order[i] << " in " << json;
+  }
+}
+
+// `xdpfwd-loadgen serve` on 127.0.0.1 with a port the kernel picks; stopped (SIGTERM, then
+// SIGKILL by ChildProcess) in the destructor, so a failing test leaves nothing behind.
+class Server {
+ public:
+  explicit Server(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{Binary(),    "serve", "--listen",   "127.0.0.1:0",
+                                  "--request", "32",    "--response", "32"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child_ = std::make_unique<ChildProcess>(argv);
+    const std::string ready = "listening on ";
+    if (!child_->WaitForLine(ready, 10s) || !child_->WaitForLine("\n", 2s)) {
+      throw std::runtime_error("serve did not start:\n" + child_->output());
+    }
+    const std::string& out = child_->output();
+    const size_t at = out.find(ready) + ready.size();
+    address_ = out.substr(at, out.find('\n', at) - at);
+  }
+  ~Server() {
+    child_->Signal(SIGTERM);
+    child_->Wait(5s);
+  }
+
+  const std::string& address() const { return address_; }
+  // SIGTERM; its summary line.
+  std::string Stop() {
+    child_->Signal(SIGTERM);
+    EXPECT_EQ(child_->Wait(5s), 0) << child_->output();
+    return JsonLine(child_->output(), "{\"mode\":\"serve\"");
+  }
+
+ private:
+  std::unique_ptr<ChildProcess> child_;
+  std::string address_;
+};
+
+RunResult Loadgen(std::vector<std::string> args) {
+  args.insert(args.begin(), Binary());
+  return RunProgram(args, 60s);
+}
+
+TEST(Loadgen, RequestResponseWithoutErrors) {
+  Server server;
+  const RunResult rr =
+      Loadgen({"rr", "--connect", server.address(), "--connections", "4", "--request", "32",
+               "--response", "32", "--seconds", "1", "--warmup", "0.2"});
+  ASSERT_EQ(rr.status, 0) << rr.output;
+  const std::string json = JsonLine(rr.output, "{\"mode\":\"rr\"");
+  const double exchanges = Field(json, "exchanges");
+  EXPECT_GT(exchanges, 0) << json;
+  EXPECT_EQ(Field(json, "connections"), 4);
+  EXPECT_NEAR(Field(json, "seconds"), 1.0, 0.01);
+  EXPECT_NEAR(Field(json, "bytes_per_sec"), Field(json, "exchanges_per_sec") * 64, 1);
+  ExpectNoErrors(json);
+  ExpectOrderedLatency(json);
+  // The server answered at least those (plus the warm-up's); the client's closing after its
+  // last exchange is clean, so the server saw no reset or short request.
+  const std::string summary = server.Stop();
+  EXPECT_GE(Field(summary, "exchanges"), exchanges);
+  EXPECT_EQ(Field(summary, "connections"), 4);
+  for (const char* kind : {"accept", "reset", "short"}) {
+    EXPECT_EQ(Field(summary, kind, "errors"), 0) << kind << " in " << summary;
+  }
+}
+
+TEST(Loadgen, ConnectionRateWithoutErrors) {
+  Server server({"--close-after-response"});
+  const RunResult rate =
+      Loadgen({"rate", "--connect", server.address(), "--concurrency", "4", "--request", "32",
+               "--response", "32", "--seconds", "1", "--warmup", "0.2"});
+  ASSERT_EQ(rate.status, 0) << rate.output;
+  const std::string json = JsonLine(rate.output, "{\"mode\":\"rate\"");
+  const double connections = Field(json, "connections");
+  EXPECT_GT(connections, 0) << json;
+  EXPECT_GT(Field(json, "connections_per_sec"), 0);
+  ExpectNoErrors(json);
+  ExpectOrderedLatency(json);
+  const std::string summary = server.Stop();
+  EXPECT_GE(Field(summary, "connections"), connections);
+  EXPECT_EQ(Field(summary, "connections"), Field(summary, "exchanges"));
+}
+
+TEST(Loadgen, HoldKeepsConnectionsUntilStdinEnds) {
+  Server server;
+  ChildProcess hold({Binary(), "hold", "--connect", server.address(), "--connections", "100",
+                     "--concurrency", "16", "--request", "32", "--response", "32"},
+                    ChildProcess::Input::kPipe);
+  ASSERT_TRUE(hold.WaitForLine("{\"event\":\"established\"", 20s)) << hold.output();
+  ASSERT_TRUE(hold.WaitForLine("\n", 2s));
+  const std::string established = JsonLine(hold.output(), "{\"event\":\"established\"");
+  EXPECT_EQ(Field(established, "connections"), 100) << established;
+  ExpectNoErrors(established);
+  // Still holding: it must not exit before stdin ends.
+  EXPECT_FALSE(hold.Wait(300ms).has_value()) << hold.output();
+  hold.CloseStdin();
+  ASSERT_EQ(hold.Wait(10s), 0) << hold.output();
+  const std::string final_line = JsonLine(hold.output(), "{\"mode\":\"hold\"");
+  EXPECT_EQ(Field(final_line, "connections"), 100) << final_line;
+  EXPECT_EQ(Field(final_line, "dropped"), 0);
+  const std::string summary = server.Stop();
+  EXPECT_EQ(Field(summary, "connections"), 100) << summary;
+  EXPECT_EQ(Field(summary, "exchanges"), 100);
+}
+
+// Nothing listens: every attempt is counted as a connect error with its errno, and a run in
+// which nothing succeeded exits 1.
+TEST(Loadgen, RefusedConnectionsAreCounted) {
+  std::string address;
+  {
+    Server gone;
+    address = gone.address();
+  }
+  const RunResult rate = Loadgen({"rate", "--connect", address, "--concurrency", "2", "--request",
+                                  "32", "--response", "32", "--seconds", "0.3", "--warmup", "0"});
+  EXPECT_EQ(rate.status, 1) << rate.output;
+  const std::string json = JsonLine(rate.output, "{\"mode\":\"rate\"");
+  EXPECT_EQ(Field(json, "connections"), 0) << json;
+  EXPECT_GT(Field(json, "connect", "errors"), 0) << json;
+  EXPECT_GT(Field(json, "ECONNREFUSED", "errnos"), 0) << json;
+}
+
+TEST(Loadgen, BadArgumentsExitTwoNamingTheOption) {
+  const RunResult bad = Loadgen({"rr", "--connect", "127.0.0.1:9", "--connections", "many"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--connections"), std::string::npos) << bad.output;
+  const RunResult missing = Loadgen({"rate", "--connect", "127.0.0.1:9", "--concurrency", "1",
+                                     "--request", "1", "--response", "1"});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.output.find("--seconds"), std::string::npos) << missing.output;
+  EXPECT_EQ(Loadgen({"serve", "--listen", "[::1]:80", "--request", "1"}).status, 2);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test
