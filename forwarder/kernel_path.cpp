@@ -54,7 +54,8 @@ std::string KernelPathTotals::Format() const {
   return relay.Format() + " splice_bytes=" + std::to_string(splice_bytes) +
          " copy_bytes=" + std::to_string(copy_bytes) +
          " splice_calls=" + std::to_string(splice_calls) +
-         " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors);
+         " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors) +
+         " empty_polls=" + std::to_string(empty_polls);
 }
 
 KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
@@ -70,8 +71,16 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
   if (config.copy_buffer_bytes == 0) {
     return Error{{}, "kernel path: the copy buffer must hold at least one byte"};
   }
-  const int threads = config.threads == 0 ? CpusWeMayUse() : config.threads;
+  const int cpus = CpusWeMayUse();
+  const int threads = config.threads == 0 ? cpus : config.threads;
   RaiseOpenFileLimit(config, threads);
+  if (config.busy_poll && threads > cpus) {
+    // Spinning threads never yield, so they take turns by the scheduler's time slice: with two
+    // on one CPU, measured p99 1.6 ms instead of 30-34 us (docs/kernel-path.md).
+    Log("kernel path: busy-polling with " + std::to_string(threads) + " threads on " +
+        std::to_string(cpus) + " CPU(s): threads will take turns by milliseconds; use at most " +
+        "one thread per CPU");
+  }
 
   std::unique_ptr<KernelPath> path(new KernelPath(config));
   // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
@@ -111,6 +120,7 @@ KernelPathTotals KernelPath::Totals() const {
     sum.splice_calls += t.splice_calls;
     sum.copy_calls += t.copy_calls;
     sum.errors += t.errors;
+    sum.empty_polls += t.empty_polls;
   }
   return sum;
 }

@@ -29,6 +29,10 @@ struct KernelPathConfig {
   int threads = 0;     // 0: one per CPU this process may run on
   size_t copy_buffer_bytes = 64 * 1024;
   bool use_splice = true;  // false: buffered copy for every connection
+  // The loop threads never sleep: epoll_wait with a zero timeout, in a loop. Each thread keeps
+  // a CPU busy, and a message no longer waits for the loop's halted CPU to wake (see
+  // docs/kernel-path.md, "Latency: where the time goes").
+  bool busy_poll = false;
 };
 
 // Path-specific counters next to the shared relay ones.
@@ -37,6 +41,9 @@ struct KernelPathTotals {
   uint64_t splice_bytes = 0, copy_bytes = 0;
   uint64_t splice_calls = 0, copy_calls = 0;
   uint64_t errors = 0;  // unexpected syscall failures on the data path
+  // epoll_wait calls that returned no event: a deadline's wake-up when sleeping, every spin of
+  // the loop when busy-polling.
+  uint64_t empty_polls = 0;
   std::string Format() const;
 };
 
@@ -55,6 +62,7 @@ class KernelPath {
   void Stop();
   KernelPathTotals Totals() const;  // summed over threads; callable from any thread
   int threads() const;
+  bool busy_poll() const { return config_.busy_poll; }
 
  private:
   explicit KernelPath(const KernelPathConfig& config);

@@ -185,12 +185,15 @@ void Loop::Run() {
 
   epoll_event events[kEventBatch];
   while (!stop_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(epoll_.get(), events, kEventBatch, NextTimeoutMs());
+    // Busy-polling never sleeps, so deadlines are checked on every spin (ExpireDeadlines).
+    const int timeout = config_.busy_poll ? 0 : NextTimeoutMs();
+    const int n = epoll_wait(epoll_.get(), events, kEventBatch, timeout);
     if (n < 0 && errno != EINTR) {
       Add(counters_.errors);
       Log(std::string("kernel path: epoll_wait: ") + std::strerror(errno) + "; thread stops");
       break;
     }
+    if (n == 0) Add(counters_.empty_polls);
     // One clock read per batch: deadlines need no finer time than the batch takes.
     now_ = Clock::now();
     for (int i = 0; i < n; ++i) {

@@ -34,6 +34,7 @@ KernelPathTotals PathCounters::Snapshot() const {
   t.splice_calls = splice_calls.load(std::memory_order_relaxed);
   t.copy_calls = copy_calls.load(std::memory_order_relaxed);
   t.errors = errors.load(std::memory_order_relaxed);
+  t.empty_polls = empty_polls.load(std::memory_order_relaxed);
   return t;
 }
 

@@ -23,6 +23,7 @@ struct PathCounters {
   std::atomic<uint64_t> splice_bytes{0}, copy_bytes{0};
   std::atomic<uint64_t> splice_calls{0}, copy_calls{0};
   std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> empty_polls{0};
 
   KernelPathTotals Snapshot() const;
 };

@@ -55,6 +55,7 @@ int Run(const Options& o) {
     kc.threads = o.kernel_threads;
     kc.copy_buffer_bytes = o.kernel_buffer;
     kc.use_splice = !o.kernel_copy;
+    kc.busy_poll = o.kernel_busy_poll;
     auto k = KernelPath::Start(kc);
     if (!k) {
       Log("kernel path cannot start: " + k.error().message());
@@ -97,7 +98,10 @@ int Run(const Options& o) {
   std::string ready =
       "ready: path=" + std::string(PathName(o.path)) + " rules: " + RulesLine(o.rules);
   if (fast) ready += "; fast path on " + fast->description();
-  if (kernel) ready += "; kernel path on " + std::to_string(kernel->threads()) + " thread(s)";
+  if (kernel) {
+    ready += "; kernel path on " + std::to_string(kernel->threads()) + " thread(s)";
+    if (kernel->busy_poll()) ready += ", busy-polling";
+  }
   Log(ready);
 
   const timespec tick{o.stats_interval_s > 0 ? o.stats_interval_s : 3600, 0};

@@ -57,6 +57,8 @@ const char* Usage() {
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
+         "  --busy-poll              kernel path: threads never sleep (lower latency; each\n"
+         "                           thread keeps a CPU 100% busy)\n"
          "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
          "  -v                       more detail\n"
          "  -h, --help               this text\n";
@@ -168,6 +170,8 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       o.force_generic = true;
     } else if (a == "--copy") {
       o.kernel_copy = true;
+    } else if (a == "--busy-poll") {
+      o.kernel_busy_poll = true;
     } else if (a == "--buffer-size") {
       XDPFWD_VALUE(v);
       auto n = ParseNumber<size_t>(a, *v, 4096, 64u << 20);

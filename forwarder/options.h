@@ -22,7 +22,8 @@ struct Options {
   RelayLimits limits;
   int cpu = -1;
   int kernel_threads = 0;
-  bool kernel_copy = false;  // buffered copy instead of splice on the kernel path
+  bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
+  bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping
   size_t kernel_buffer = 64 * 1024;
   std::string listen_iface, backend_iface;
   PortRange backend_ports;

@@ -2,7 +2,8 @@
 // connect from the client namespace to the root side of their veth, backends serve from the
 // server namespace. Covers bulk both ways at once (splice and copy), many concurrent
 // connections, half-close, resets in both directions, refused and silent backends, the idle
-// timeout, max_connections, IPv6 and mixed-family rules, start-up errors, and descriptors.
+// timeout, max_connections, IPv6 and mixed-family rules, busy-polling, start-up errors, and
+// descriptors.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -482,6 +483,54 @@ TEST_P(KernelPathModeTest, ClientGoneWhileResponseStreams) {
   ExpectAccountedFor(path->Totals());
 }
 
+// busy_poll: the loop never sleeps (empty polls keep coming while nothing happens and no
+// deadline is pending, where a sleeping loop makes none) and relays as it does asleep: small
+// request/response exchanges as in the latency benchmark, then a stream both ways. One thread,
+// since it keeps a CPU busy.
+TEST_P(KernelPathModeTest, BusyPollRelaysWithoutSleeping) {
+  const bool splice = GetParam();
+  Backend backend(BackendListener(), [](int fd) { EchoUntilEof(fd); });
+  KernelPathConfig config = Config(splice);
+  config.threads = 1;
+  config.busy_poll = true;
+  auto path = Start(config);
+
+  UniqueFd client = Client();
+  constexpr int kExchanges = 2000;
+  constexpr size_t kMessage = 32;
+  PatternStream pattern(77);  // every message differs, so a reply can only be its own echo
+  for (int i = 0; i < kExchanges; ++i) {
+    uint8_t sent[kMessage], echoed[kMessage];
+    pattern.Fill(sent, kMessage);
+    SendAll(client.get(), sent, kMessage);
+    RecvExactly(client.get(), echoed, kMessage);
+    ASSERT_EQ(std::memcmp(sent, echoed, kMessage), 0) << "exchange " << i;
+  }
+  const uint64_t polls = path->Totals().empty_polls;
+  EXPECT_TRUE(Eventually([&] { return path->Totals().empty_polls >= polls + 10000; }))
+      << "the loop slept: " << path->Totals().Format();
+
+  constexpr uint64_t kBytes = 16 * kMiB;
+  auto sending =
+      std::async(std::launch::async, [fd = client.get()] { return SendPattern(fd, 78, kBytes); });
+  const StreamStats echoed = ReceiveAll(client.get());
+  const StreamStats sent = sending.get();
+  EXPECT_EQ(echoed.bytes, kBytes);
+  EXPECT_EQ(echoed.hash, sent.hash);
+  ASSERT_TRUE(backend.WaitServed(1));
+  EXPECT_EQ(backend.failures(), "");
+  WaitFor(
+      *path, [](const RelayTotals& r) { return r.completed == 1 && r.active == 0; },
+      "connection completes");
+  const KernelPathTotals t = path->Totals();
+  const uint64_t each_way = kExchanges * kMessage + kBytes;
+  EXPECT_EQ(t.relay.bytes_to_backend, each_way);
+  EXPECT_EQ(t.relay.bytes_to_client, each_way);
+  EXPECT_EQ(splice ? t.splice_bytes : t.copy_bytes, 2 * each_way) << t.Format();
+  EXPECT_EQ(t.errors, 0u) << t.Format();
+  ExpectAccountedFor(t);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, KernelPathModeTest, ::testing::Bool(), ModeName);
 
 // Nothing listens on the backend port: the server namespace answers the SYN with a RST, and
@@ -567,6 +616,35 @@ TEST_F(KernelPathTest, IdleTimeoutResetsBothLegsOnlyWhenIdle) {
   EXPECT_LT(silent, 2s);
   ASSERT_TRUE(backend.WaitServed(1));
   EXPECT_EQ(backend_end.err, ECONNRESET);
+  WaitFor(
+      *path, [](const RelayTotals& r) { return r.idle_timeout == 1 && r.active == 0; },
+      "counted as idle_timeout");
+  ExpectAccountedFor(path->Totals());
+}
+
+// Busy-polling passes no timeout to epoll_wait, so the loop must check deadlines on every spin:
+// an idle connection is still reset on time, a busy one is not.
+TEST_F(KernelPathTest, BusyPollKeepsTheIdleTimeout) {
+  Backend backend(BackendListener(), [](int fd) { EchoUntilEof(fd); });
+  KernelPathConfig config = Config();
+  config.threads = 1;
+  config.busy_poll = true;
+  config.limits.idle_timeout = 300ms;
+  auto path = Start(config);
+
+  UniqueFd client = Client();
+  ASSERT_TRUE(Ping(client.get()));
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(100ms);  // the gap under test, not a synchronisation
+    ASSERT_TRUE(Ping(client.get()));
+  }
+  const auto last_byte = Clock::now();
+  EXPECT_EQ(path->Totals().relay.idle_timeout, 0u);
+  const Ending end = ReadToEnd(client.get());
+  const auto silent = Clock::now() - last_byte;
+  EXPECT_EQ(end.err, ECONNRESET);
+  EXPECT_GE(silent, 250ms);
+  EXPECT_LT(silent, 2s);
   WaitFor(
       *path, [](const RelayTotals& r) { return r.idle_timeout == 1 && r.active == 0; },
       "counted as idle_timeout");
