@@ -57,6 +57,13 @@ class SteerFixtureTest : public ::testing::Test {
     ASSERT_TRUE(prog_->AddListener(Ip(kListen), kListenPort, 7));
   }
 
+  // Reloads the program with room for `capacity` client flows.
+  void LoadWithCapacity(uint32_t capacity) {
+    SteerOptions options;
+    options.flow_capacity = capacity;
+    Load(options);
+  }
+
   void BindSocket() {
     auto port = XskPort::Open(SmallPortOn("lo"));
     ASSERT_TRUE(port) << port.error().message();
@@ -157,9 +164,7 @@ TEST_F(SteerFixtureTest, WildcardListenerTakesAnyAddress) {
 }
 
 TEST_F(SteerFixtureTest, FullFlowTablePassesNewSyns) {
-  SteerOptions small;
-  small.flow_capacity = 2;
-  Load(small);
+  LoadWithCapacity(2);
   BindSocket();
   Expect(Syn(41000), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
   Expect(Syn(41001), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
@@ -175,9 +180,7 @@ TEST_F(SteerFixtureTest, FullFlowTablePassesNewSyns) {
 // backend legs of the flows it accepted (one per client flow), and removing those gives no
 // client slot back.
 TEST_F(SteerFixtureTest, BackendLegsDoNotUseTheClientBudget) {
-  SteerOptions small;
-  small.flow_capacity = 2;
-  Load(small);
+  LoadWithCapacity(2);
   BindSocket();
   Expect(Syn(41000), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
   Expect(Syn(41001), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
@@ -198,9 +201,7 @@ TEST_F(SteerFixtureTest, BackendLegsDoNotUseTheClientBudget) {
 
 // A SYN that finds no socket on its queue leaves no entry and takes no slot.
 TEST_F(SteerFixtureTest, SynWithoutSocketTakesNoSlot) {
-  SteerOptions small;
-  small.flow_capacity = 1;
-  Load(small);
+  LoadWithCapacity(1);
   Expect(Syn(41000), XDP_PASS, SteerReason::kPassNoSocket);
   EXPECT_EQ(prog_->FlowCount(), 0u);
   EXPECT_EQ(prog_->ClientFlowCount(), 0u);
