@@ -17,6 +17,7 @@
 #include "forwarder/relay.h"
 #include "stack/lwip_netif.h"
 #include "stack/neighbor.h"
+#include "stack/os/clock.h"
 #include "stack/os/log.h"
 #include "stack/worker.h"
 #include "stack/xsk_port.h"
@@ -28,12 +29,6 @@ extern "C" {
 
 namespace xdpfwd {
 namespace {
-
-uint64_t MonotonicMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000u;
-}
 
 // The kernel's ephemeral port range: the backend legs' ports must stay out of it, or a kernel
 // connection to the same backend could get the same 4-tuple and lose its packets to us.
@@ -203,6 +198,8 @@ void FastPath::Impl::Publish() {
   const WorkerStats w = worker->stats();
   s.minor_faults = w.minor_faults;
   s.involuntary_switches = w.involuntary_switches;
+  s.worker_busy_ns = w.busy_ns;
+  s.worker_iterations = w.iterations;
   s.lwip_retransmits = w.lwip_tcp_retransmits;
   s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
   s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
@@ -288,8 +285,9 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     }
     started.set_value(Result<void>());
     auto r = p->worker->Run(p->stop, [p] {
-      p->relay->Tick(MonotonicMs());
+      const bool worked = p->relay->Tick(MonotonicMs());
       if (p->snapshot_wanted.exchange(false, std::memory_order_relaxed)) p->Publish();
+      return worked;
     });
     if (!r) Log("worker: " + r.error().message());
     p->WorkerTeardown();
@@ -372,6 +370,8 @@ std::string FastPathSnapshot::Format() const {
          " retransmits=" + std::to_string(lwip_retransmits) +
          " lwip_drops=" + std::to_string(lwip_drops) +
          " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +
+         " worker_busy_ns=" + std::to_string(worker_busy_ns) +
+         " worker_iterations=" + std::to_string(worker_iterations) +
          " worker_minor_faults=" + std::to_string(minor_faults) +
          " worker_involuntary_switches=" + std::to_string(involuntary_switches);
 }

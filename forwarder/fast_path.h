@@ -41,6 +41,8 @@ struct FastPathSnapshot {
   uint64_t frames_held = 0;      // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
   uint64_t minor_faults = 0, involuntary_switches = 0;
+  uint64_t worker_busy_ns = 0;     // time in worker iterations that did work (cumulative)
+  uint64_t worker_iterations = 0;  // all iterations, busy or idle (cumulative)
   uint64_t lwip_retransmits = 0, lwip_drops = 0, lwip_pool_errors = 0;
   std::string Format() const;
 };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "stack/os/clock.h"
 #include "stack/os/log.h"
 
 extern "C" {
@@ -16,12 +17,6 @@ extern "C" {
 
 namespace xdpfwd {
 namespace {
-
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock bpf_ktime_get_ns() reads
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 ip_addr_t LwipAddress(in_addr a) {
   ip_addr_t out;
@@ -490,17 +485,21 @@ void Relay::Finish(Connection& c) {
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }
 
-void Relay::Tick(uint64_t now_ms) {
+bool Relay::Tick(uint64_t now_ms) {
   now_ms_ = now_ms;
+  bool worked = false;
   if (!finished_.empty()) {
     for (Connection* c : finished_) delete c;
     finished_.clear();
+    worked = true;
   }
   if (now_ms >= next_sweep_ms_) {
     next_sweep_ms_ = now_ms + kSweepIntervalMs;
     SweepConnections(now_ms);
     RemoveDueFlows(now_ms, false);
+    worked = true;
   }
+  return worked;
 }
 
 void Relay::SweepConnections(uint64_t now_ms) {

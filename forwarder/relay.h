@@ -57,8 +57,9 @@ class Relay {
   Relay& operator=(const Relay&) = delete;
 
   // Called once per worker iteration: connect and idle timeouts, retrying relays that could not
-  // queue data, delayed flow removals. Does nothing but a clock comparison most of the time.
-  void Tick(uint64_t now_ms);
+  // queue data, delayed flow removals. Does nothing but a clock comparison most of the time;
+  // returns whether it did more.
+  bool Tick(uint64_t now_ms);
 
   const RelayCounters& counters() const { return counters_; }
   RelayState state() const;

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#include "stack/os/clock.h"
+
 extern "C" {
 #include "lwip/netif.h"
 #include "lwip/sys.h"
@@ -16,12 +18,6 @@ extern "C" {
 }
 
 namespace {
-
-uint64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 uint64_t Rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
@@ -75,14 +71,14 @@ const uint64_t* IsnKey() {
 
 }  // namespace
 
-extern "C" u32_t sys_now(void) { return static_cast<u32_t>(MonotonicNanos() / 1'000'000u); }
+extern "C" u32_t sys_now(void) { return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1'000'000u); }
 
 extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,
                                 const ip_addr_t* remote_ip, u16_t remote_port) {
   const uint64_t addrs = (uint64_t{ip4_addr_get_u32(local_ip)} << 32) | ip4_addr_get_u32(remote_ip);
   const uint64_t ports = (uint64_t{local_port} << 16) | remote_port;
   // RFC 6528's M: a timer ticking every 4 microseconds.
-  const uint64_t ticks = MonotonicNanos() / 4000u;
+  const uint64_t ticks = xdpfwd::MonotonicNs() / 4000u;
   return static_cast<u32_t>(ticks + SipHash24(IsnKey(), addrs, ports));
 }
 

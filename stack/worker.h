@@ -15,7 +15,10 @@ namespace xdpfwd {
 
 struct WorkerStats {
   uint64_t iterations = 0;
-  uint64_t idle_iterations = 0;  // nothing received
+  uint64_t idle_iterations = 0;  // nothing received, no timer due, nothing for the caller
+  // Time spent in iterations that did work. A busy-polling thread is always at 100% CPU, so
+  // this is its real load (DPDK's "busy percent"): busy_ns / wall time, or per connection.
+  uint64_t busy_ns = 0;
   // The worker thread's own, from getrusage(RUSAGE_THREAD): faults and context switches on
   // the polling core are the usual cause of tail latency.
   uint64_t minor_faults = 0, major_faults = 0;
@@ -33,10 +36,12 @@ class Worker {
   void Add(LwipNetif* netif) { netifs_.push_back(netif); }
 
   // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
-  // runs once per iteration on this thread, for work that must touch lwIP.
-  Result<void> Run(const std::atomic<bool>& stop, const std::function<void()>& each_iteration = {});
-  // One iteration: RX into lwIP, timers, TX flush. Returns frames received.
-  uint32_t RunOnce();
+  // runs once per iteration on this thread, for work that must touch lwIP; it returns whether
+  // it did any (for the busy figure).
+  Result<void> Run(const std::atomic<bool>& stop, const std::function<bool()>& each_iteration = {});
+  // One iteration: RX into lwIP, timers, TX flush. Returns whether it received a frame or ran
+  // a timer.
+  bool RunOnce();
   // Flushes and waits for every port's TX to complete; for a clean stop.
   void Drain();
 

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <vector>
 
+#include "stack/os/clock.h"
 #include "stack/os/log.h"
 #include "stack/os/unique_fd.h"
 #include "steer.skel.h"
@@ -447,10 +448,7 @@ Result<void> SteerProgram::AddFlow(const FlowTuple& tuple, uint32_t owner, uint3
   steer_flow value{};
   value.owner = owner;
   value.rule_id = rule_id;
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
-  value.created_ns =
-      static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+  value.created_ns = MonotonicNs();  // the clock bpf_ktime_get_ns() reads
   value.origin = STEER_FLOW_FROM_WORKER;
   if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
                            BPF_ANY) != 0) {

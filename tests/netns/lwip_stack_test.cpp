@@ -121,7 +121,10 @@ class WorkerThread {
     thread_ = std::thread([this, setup, each, &ready] {
       setup();
       ready.set_value();
-      EXPECT_TRUE(worker_.Run(stop_, each));
+      EXPECT_TRUE(worker_.Run(stop_, [&each] {
+        if (each) each();
+        return false;
+      }));
       worker_.Drain();
       if (teardown_) teardown_();
     });
