@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "stack/lwip_pcb.h"
 #include "stack/os/clock.h"
 #include "stack/os/log.h"
 
@@ -21,12 +22,6 @@ namespace {
 ip_addr_t LwipAddress(in_addr a) {
   ip_addr_t out;
   ip_addr_set_ip4_u32(&out, a.s_addr);
-  return out;
-}
-
-in_addr InAddr(const ip_addr_t& a) {
-  in_addr out;
-  out.s_addr = ip4_addr_get_u32(ip_2_ip4(&a));
   return out;
 }
 
@@ -270,8 +265,8 @@ Result<void> Relay::Listen(const RelayRule& rule) {
 
 int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   CallbackScope scope(in_callback_, in_callback_aborted_, pcb);
-  const FlowTuple client_flow{InAddr(pcb->remote_ip), InAddr(pcb->local_ip), pcb->remote_port,
-                              pcb->local_port};
+  const lwip_pcb::Endpoints ends = lwip_pcb::EndpointsOf(pcb);
+  const FlowTuple client_flow{ends.remote, ends.local, ends.remote_port, ends.local_port};
   if (live_ >= config_.limits.max_connections) {
     RelayCounters::Add(counters_.over_limit);
     tcp_abort(pcb);  // RST: the client learns at once
@@ -326,8 +321,7 @@ bool Relay::StartBackend(Connection& c) {
   }
   // The local port comes from our allocator, so lwIP's bind (which walks every pcb to check
   // for a conflict) is skipped: the 4-tuple is unique by construction.
-  pcb->local_ip = LwipAddress(rule.backend_source);
-  pcb->local_port = lease->port;
+  lwip_pcb::SetLocalEndpoint(pcb, rule.backend_source, lease->port);
   c.backend_flow =
       FlowTuple{rule.backend.addr, rule.backend_source, rule.backend.port, lease->port};
   // The flow entry must exist before the SYN leaves, or the SYN-ACK reaches the kernel, which
@@ -415,19 +409,14 @@ void Relay::CloseFinishedLegs(Connection& c) {
 // callbacks; if lwIP ends the pcb itself (the last ACK in LAST_ACK), the err callback says
 // ERR_CLSD.
 void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
-  const tcp_pcb* p = leg.pcb;
-  const bool acknowledged = p != nullptr && p->unsent == nullptr && p->unacked == nullptr &&
-                            (p->flags & TF_CLOSEPEND) == 0;
+  const bool acknowledged = leg.pcb != nullptr && lwip_pcb::AllAcknowledged(leg.pcb);
   if (acknowledged && leg.fin_received && leg.fin_sent && leg.backlog.empty()) {
     tcp_pcb* pcb = leg.pcb;
     DetachCallbacks(pcb);
     leg.pcb = nullptr;
-    // Graceful: lwIP still delivers queued data and answers the peer; the pcb is lwIP's now and
-    // is freed by lwIP (after TIME_WAIT if this side closed last).
-    if (tcp_close(pcb) != ERR_OK) {
-      tcp_abort(pcb);
-      if (pcb == in_callback_) in_callback_aborted_ = true;
-    }
+    // A leg in TIME_WAIT is freed now rather than held 2 * MSL (lwip_pcb.h says what that gives
+    // up): at a sustained connection rate TIME_WAIT pcbs would fill the pool.
+    if (lwip_pcb::Release(pcb) && pcb == in_callback_) in_callback_aborted_ = true;
   }
   if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
     if (c.client.fin_sent && c.backend.fin_sent) {

@@ -71,6 +71,15 @@ const uint64_t* IsnKey() {
 
 }  // namespace
 
+extern "C" u32_t xdpfwd_random_u32(void) {
+  u32_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
+    std::perror("xdpfwd: getrandom for lwIP");
+    std::abort();
+  }
+  return r;
+}
+
 extern "C" u32_t sys_now(void) { return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1'000'000u); }
 
 extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,

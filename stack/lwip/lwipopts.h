@@ -49,8 +49,11 @@
 /* Received frames enter lwIP as custom pbufs over UMEM (zero-copy) and go back to the port's
  * pool from their free callback. lwIP only turns this on by itself for IP fragmentation. */
 #define LWIP_SUPPORT_CUSTOM_PBUF 1
-/* Two pcbs per relayed connection, plus TIME_WAIT ones: 16k connections. */
-#define MEMP_NUM_TCP_PCB 32768
+/* Two pcbs per relayed connection: 131072 connections (the fast path's default cap). Legs are
+ * freed when they reach TIME_WAIT (docs/relay.md), so no pcb waits out 2 * MSL. Above 65535
+ * only with our patch 0002, which also carves elements on first use: resident memory follows
+ * the peak number of connections, not this number. */
+#define MEMP_NUM_TCP_PCB (2 * 131072 + 1024)
 #define MEMP_NUM_TCP_PCB_LISTEN 64
 #define MEMP_NUM_TCP_SEG 32768       /* one pool shared by every connection's queues */
 #define MEMP_NUM_SYS_TIMEOUT 8
@@ -92,6 +95,12 @@
 #define TCP_ENSURE_LOCAL_PORT_RANGE(port) \
   ((u16_t)(TCP_LOCAL_PORT_RANGE_START +   \
            ((port) % (TCP_LOCAL_PORT_RANGE_END - TCP_LOCAL_PORT_RANGE_START + 1))))
+
+/* Buckets of the 4-tuple hash over active and TIME-WAIT pcbs (our patch 0001); a power of two.
+ * One pointer each: 2 MiB, touched as connections spread over it. */
+#define TCP_PCB_HASH_SIZE (1u << 18)
+/* Seeds the pcb hash (and lwIP's unused port cursor) from getrandom. */
+#define LWIP_RAND() xdpfwd_random_u32()
 
 /* ---- hooks: random initial sequence numbers (RFC 6528) ---- */
 #define LWIP_HOOK_FILENAME "xdpfwd_lwip_hooks.h"

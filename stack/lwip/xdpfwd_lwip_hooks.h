@@ -16,6 +16,9 @@ extern "C" {
 u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port, const ip_addr_t* remote_ip,
                      u16_t remote_port);
 
+/* 32 random bits from the kernel (getrandom): seeds lwIP's pcb hash. */
+u32_t xdpfwd_random_u32(void);
+
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
 
