@@ -1,36 +1,97 @@
 // The relay's backend port allocator (see backend_ports.h).
 #include "forwarder/backend_ports.h"
 
+#include <fstream>
+
 namespace xdpfwd {
 
-BackendPorts::BackendPorts(PortRange range)
-    : range_(range), generation_(range.size(), 0), live_(range.size(), false) {}
+std::vector<PortRange> DefaultBackendPorts(PortRange ephemeral) {
+  constexpr uint16_t kFirst = 1024;  // below: ports services are configured on by convention
+  std::vector<PortRange> out;
+  if (ephemeral.automatic() || ephemeral.last < kFirst) return {PortRange{kFirst, 65535}};
+  if (ephemeral.first > kFirst) {
+    out.push_back(PortRange{kFirst, static_cast<uint16_t>(ephemeral.first - 1)});
+  }
+  if (ephemeral.last < 65535) {
+    out.push_back(PortRange{static_cast<uint16_t>(ephemeral.last + 1), 65535});
+  }
+  return out;
+}
 
-std::optional<BackendPorts::Lease> BackendPorts::Acquire() {
-  const uint32_t n = range_.size();
-  if (in_use_ == n) return std::nullopt;
-  for (uint32_t tried = 0; tried < n; ++tried) {
-    const uint32_t i = cursor_;
-    cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
-    if (live_[i]) continue;
-    live_[i] = true;
-    ++in_use_;
-    return Lease{static_cast<uint16_t>(range_.first + i), ++generation_[i]};
+Result<PortRange> KernelEphemeralPorts() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned lo = 0, hi = 0;
+  if (!(f >> lo >> hi) || lo == 0 || lo > hi || hi > 65535) {
+    return Error{{}, "cannot read net.ipv4.ip_local_port_range"};
+  }
+  return PortRange{static_cast<uint16_t>(lo), static_cast<uint16_t>(hi)};
+}
+
+Result<void> CheckOutsideEphemeral(const PortRange& ours, const PortRange& ephemeral) {
+  if (ours.first <= ephemeral.last && ephemeral.first <= ours.last) {
+    return Error{{},
+                 "the kernel's ephemeral ports (net.ipv4.ip_local_port_range " +
+                     std::to_string(ephemeral.first) + "-" + std::to_string(ephemeral.last) +
+                     ") overlap the fast path's backend ports " + std::to_string(ours.first) + "-" +
+                     std::to_string(ours.last) +
+                     ": a kernel connection to the same backend could take one of the fast "
+                     "path's 4-tuples. Pass --backend-ports outside the kernel's range, or leave "
+                     "it out (the default is every port from 1024 outside it)"};
+  }
+  return {};
+}
+
+std::string ToString(const std::vector<PortRange>& ranges) {
+  std::string out;
+  for (const PortRange& r : ranges) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r.first) + "-" + std::to_string(r.last);
+  }
+  return out;
+}
+
+BackendPorts::BackendPorts(const std::vector<PortRange>& ranges) : ranges_(ranges) {
+  for (const PortRange& r : ranges_) {
+    for (uint32_t p = r.first; p <= r.last; ++p) free_.push_back(static_cast<uint16_t>(p));
+  }
+  free_count_ = static_cast<uint32_t>(free_.size());
+  generation_.assign(free_.size(), 0);
+  live_.assign(free_.size(), false);
+}
+
+std::optional<uint32_t> BackendPorts::IndexOf(uint16_t port) const {
+  uint32_t base = 0;
+  for (const PortRange& r : ranges_) {  // one to three ranges
+    if (port >= r.first && port <= r.last) return base + (port - r.first);
+    base += r.size();
   }
   return std::nullopt;
 }
 
+std::optional<BackendPorts::Lease> BackendPorts::Acquire() {
+  if (free_count_ == 0) return std::nullopt;
+  const uint16_t port = free_[head_];
+  head_ = head_ + 1 == free_.size() ? 0 : head_ + 1;
+  --free_count_;
+  const uint32_t i = *IndexOf(port);
+  live_[i] = true;
+  ++in_use_;
+  return Lease{port, ++generation_[i]};
+}
+
 void BackendPorts::Release(uint16_t port) {
-  const uint32_t i = port - range_.first;
-  if (i < live_.size() && live_[i]) {
-    live_[i] = false;
-    --in_use_;
-  }
+  const auto i = IndexOf(port);
+  if (!i || !live_[*i]) return;
+  live_[*i] = false;
+  --in_use_;
+  const size_t tail = (head_ + free_count_) % free_.size();
+  free_[tail] = port;
+  ++free_count_;
 }
 
 bool BackendPorts::IsIdleSince(const Lease& lease) const {
-  const uint32_t i = lease.port - range_.first;
-  return i < live_.size() && !live_[i] && generation_[i] == lease.generation;
+  const auto i = IndexOf(lease.port);
+  return i && !live_[*i] && generation_[*i] == lease.generation;
 }
 
 }  // namespace xdpfwd

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -30,24 +31,6 @@ extern "C" {
 namespace xdpfwd {
 namespace {
 
-// The kernel's ephemeral port range: the backend legs' ports must stay out of it, or a kernel
-// connection to the same backend could get the same 4-tuple and lose its packets to us.
-Result<void> CheckEphemeralRange(const PortRange& ours) {
-  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
-  unsigned lo = 0, hi = 0;
-  if (!(f >> lo >> hi)) return {};  // not readable: nothing to compare with
-  if (ours.first <= hi && lo <= ours.last) {
-    return Error{{},
-                 "the kernel's ephemeral ports (net.ipv4.ip_local_port_range " +
-                     std::to_string(lo) + "-" + std::to_string(hi) +
-                     ") overlap the fast path's backend ports " + std::to_string(ours.first) + "-" +
-                     std::to_string(ours.last) +
-                     "; narrow the kernel's range (sysctl -w "
-                     "net.ipv4.ip_local_port_range=\"32768 60999\") or pass --backend-ports"};
-  }
-  return {};
-}
-
 int RxQueueCount(const std::string& ifname) {
   std::error_code ec;
   int n = 0;
@@ -66,6 +49,7 @@ struct FastPath::Impl {
     int ifindex = 0;
     in_addr addr{};     // the one address lwIP answers on here
     in_addr gateway{};  // next hop for destinations that are not on-link (0: all on-link)
+    std::vector<in_addr> aliases;  // more local addresses (--backend-source)
     std::unique_ptr<SteerProgram> steer;
     std::unique_ptr<XskPort> port;
     std::unique_ptr<LwipNetif> netif;  // created and destroyed on the worker thread
@@ -75,6 +59,7 @@ struct FastPath::Impl {
   FastPathConfig config;
   std::vector<std::unique_ptr<Interface>> ifaces;
   std::vector<RelayRule> relay_rules;
+  std::vector<PortRange> backend_ports;
   std::unique_ptr<Worker> worker;
   std::thread thread;
   std::atomic<bool> stop{false};
@@ -147,6 +132,7 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   nc.netmask.s_addr = i.gateway.s_addr == 0 ? 0 : 0xffffffffu;
   nc.gateway = i.gateway;
   nc.mtu = static_cast<uint16_t>(*mtu);
+  nc.aliases = i.aliases;
   nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(i.name);
   return {};
 }
@@ -163,7 +149,7 @@ Result<void> FastPath::Impl::WorkerSetup() {
   RelayConfig rc;
   rc.rules = relay_rules;
   rc.limits = config.limits;
-  rc.backend_ports = config.backend_ports;
+  rc.backend_ports = backend_ports;
   auto r = Relay::Create(rc);
   if (!r) return r.error();
   relay = std::move(*r);
@@ -215,7 +201,14 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
-  if (auto r = CheckEphemeralRange(config.backend_ports); !r) return r.error();
+  auto ephemeral = KernelEphemeralPorts();
+  if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
+  if (config.backend_ports.automatic()) {
+    impl->backend_ports = DefaultBackendPorts(*ephemeral);
+  } else {
+    if (auto r = CheckOutsideEphemeral(config.backend_ports, *ephemeral); !r) return r.error();
+    impl->backend_ports = {config.backend_ports};
+  }
 
   struct Sides {
     Impl::Interface* client;
@@ -252,6 +245,23 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
     auto backend_side = impl->GetInterface(backend_if, source, route->gateway);
     if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
+    // --backend-source: each address must be the kernel's on the backend-side interface, so the
+    // kernel answers ARP for it; lwIP answers TCP on it.
+    for (in_addr extra : config.backend_sources) {
+      auto holder = InterfaceWithAddress(extra);
+      if (!holder || holder->second != backend_if) {
+        return Error{{},
+                     what + ": --backend-source " + ToString(extra) + " is not an address of " +
+                         backend_if + " (the interface toward the backend); add it with: ip addr " +
+                         "add " + ToString(extra) + "/32 dev " + backend_if};
+      }
+      auto& aliases = (*backend_side)->aliases;
+      if (extra.s_addr != source.s_addr &&
+          std::none_of(aliases.begin(), aliases.end(),
+                       [&](in_addr a) { return a.s_addr == extra.s_addr; })) {
+        aliases.push_back(extra);
+      }
+    }
     sides.push_back({*client_side, *backend_side});
   }
   for (auto& i : impl->ifaces) {
@@ -263,7 +273,8 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     rr.id = rule.id;
     rr.listen = rule.listen.ipv4();
     rr.backend = rule.backend.ipv4();
-    rr.backend_source = sides[k].backend->addr;
+    rr.backend_sources = config.backend_sources;
+    if (rr.backend_sources.empty()) rr.backend_sources = {sides[k].backend->addr};
     rr.client_side = sides[k].client->steer.get();
     rr.backend_side = sides[k].backend->steer.get();
     if (auto r = rr.client_side->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
@@ -301,10 +312,13 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   std::string d;
   for (const auto& i : fp->impl_->ifaces) {
     if (!d.empty()) d += ", ";
-    d += i->name + " (" + ToString(i->addr) + ", XDP " + std::string(ModeName(i->steer->mode())) +
-         ", queue " + std::to_string(config.queue) + ", " +
-         (i->port->zero_copy() ? "zero-copy" : "copy mode") + ")";
+    std::string addrs = ToString(i->addr);
+    for (in_addr a : i->aliases) addrs += "+" + ToString(a);
+    d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", queue " +
+         std::to_string(config.queue) + ", " + (i->port->zero_copy() ? "zero-copy" : "copy mode") +
+         ")";
   }
+  d += "; backend ports " + ToString(fp->impl_->backend_ports);
   fp->description_ = d;
   return fp;
 }

@@ -4,6 +4,7 @@
 // removes every flow entry it made.
 #pragma once
 
+#include <netinet/in.h>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -21,10 +22,11 @@ namespace xdpfwd {
 struct FastPathConfig {
   std::vector<Rule> rules;  // IPv4 rules with a concrete listen address
   RelayLimits limits;
-  int cpu = -1;               // worker core; -1: not pinned
-  std::string listen_iface;   // empty: the interface holding the listen address
-  std::string backend_iface;  // empty: the kernel's route to the backend
-  PortRange backend_ports;
+  int cpu = -1;                          // worker core; -1: not pinned
+  std::string listen_iface;              // empty: the interface holding the listen address
+  std::string backend_iface;             // empty: the kernel's route to the backend
+  PortRange backend_ports;               // automatic: DefaultBackendPorts
+  std::vector<in_addr> backend_sources;  // empty: the route's source address
   SteerOptions steer;
   uint32_t queue = 0;
 };

@@ -299,37 +299,45 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   tcp_sent(pcb, Callbacks::Sent);
   tcp_err(pcb, Callbacks::Err);
   tcp_nagle_disable(pcb);
-  if (!StartBackend(*c)) Reset(*c, counters_.backend_error);
+  if (std::atomic<uint64_t>* failed = StartBackend(*c)) Reset(*c, *failed);
   return scope.result();
 }
 
-BackendPorts& Relay::PortsFor(const Endpoint& backend) {
-  auto& slot = ports_[{backend.addr.s_addr, backend.port}];
+BackendPorts& Relay::PortsFor(in_addr source, const Endpoint& backend) {
+  auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
   if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
   return *slot;
 }
 
-bool Relay::StartBackend(Connection& c) {
+// nullptr when the backend leg is on its way, else the counter saying why it is not.
+std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
   const RelayRule& rule = *c.rule;
-  BackendPorts& ports = PortsFor(rule.backend);
-  const auto lease = ports.Acquire();
-  if (!lease) return false;
+  // Sources in turn; a source whose ports toward this backend are all held is skipped.
+  BackendPorts* found = nullptr;
+  std::optional<BackendPorts::Lease> lease;
+  in_addr source{};
+  for (size_t tried = 0; tried < rule.backend_sources.size() && !lease; ++tried) {
+    source = rule.backend_sources[next_source_++ % rule.backend_sources.size()];
+    found = &PortsFor(source, rule.backend);
+    lease = found->Acquire();
+  }
+  if (!lease) return &counters_.backend_no_port;
+  BackendPorts& ports = *found;
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) {
     ports.Release(lease->port);
-    return false;
+    return &counters_.backend_error;
   }
   // The local port comes from our allocator, so lwIP's bind (which walks every pcb to check
   // for a conflict) is skipped: the 4-tuple is unique by construction.
-  lwip_pcb::SetLocalEndpoint(pcb, rule.backend_source, lease->port);
-  c.backend_flow =
-      FlowTuple{rule.backend.addr, rule.backend_source, rule.backend.port, lease->port};
+  lwip_pcb::SetLocalEndpoint(pcb, source, lease->port);
+  c.backend_flow = FlowTuple{rule.backend.addr, source, rule.backend.port, lease->port};
   // The flow entry must exist before the SYN leaves, or the SYN-ACK reaches the kernel, which
   // knows no such connection and resets it.
   if (!rule.backend_side->AddFlow(c.backend_flow, 0, rule.id)) {
     tcp_close(pcb);
     ports.Release(lease->port);
-    return false;
+    return &counters_.backend_error;
   }
   c.ports = &ports;
   c.lease = *lease;
@@ -344,9 +352,9 @@ bool Relay::StartBackend(Connection& c) {
     DetachCallbacks(pcb);
     tcp_close(pcb);  // still CLOSED: this frees it
     c.backend.pcb = nullptr;
-    return false;  // Finish schedules the flow's removal and releases the port
+    return &counters_.backend_error;  // Finish schedules the flow's removal and releases the port
   }
-  return true;
+  return nullptr;
 }
 
 void Relay::Pump(Connection& c, Leg& from, Leg& to) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "forwarder/backend_ports.h"
@@ -26,7 +27,9 @@ struct RelayRule {
   uint32_t id = 0;
   Endpoint listen;
   Endpoint backend;
-  in_addr backend_source{};              // local address of backend legs (the backend-side netif's)
+  // Local addresses of backend legs, used in turn (each adds a port space toward the backend):
+  // the backend-side netif's address, then any --backend-source aliases lwIP answers on.
+  std::vector<in_addr> backend_sources;
   SteerProgram* client_side = nullptr;   // holds the clients' flows (the program inserts them)
   SteerProgram* backend_side = nullptr;  // the relay inserts its backend legs' flows here
 };
@@ -34,7 +37,7 @@ struct RelayRule {
 struct RelayConfig {
   std::vector<RelayRule> rules;
   RelayLimits limits;
-  PortRange backend_ports;
+  std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
   // How long a closed connection's flow entries stay, so a late segment (a retransmitted FIN
   // answering our TIME_WAIT) still reaches lwIP instead of the kernel: lwIP's TIME_WAIT + margin.
   uint64_t flow_linger_ms = 4500;
@@ -82,7 +85,7 @@ class Relay {
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(const RelayRule& rule);
   int Accept(Listener& listener, tcp_pcb* pcb);
-  bool StartBackend(Connection& c);
+  std::atomic<uint64_t>* StartBackend(Connection& c);
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);
@@ -91,12 +94,14 @@ class Relay {
   void Finish(Connection& c);
   void SweepConnections(uint64_t now_ms);
   void RemoveDueFlows(uint64_t now_ms, bool all);
-  BackendPorts& PortsFor(const Endpoint& backend);
+  BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
 
   RelayConfig config_;
   RelayCounters counters_;
   std::vector<std::unique_ptr<Listener>> listeners_;
-  std::map<std::pair<uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
+  // Per (source address, backend address, backend port): created on first use.
+  std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
+  size_t next_source_ = 0;             // round robin over a rule's backend sources
   Connection* connections_ = nullptr;  // intrusive list of live connections
   size_t live_ = 0;
   std::vector<Connection*> finished_;                // freed in Tick, outside lwIP's callbacks

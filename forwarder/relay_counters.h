@@ -22,19 +22,20 @@ struct RelayLimits {
 
 // X(name, what it counts). One list, so the live counters, the snapshot and the formatter can
 // never disagree.
-#define XDPFWD_RELAY_COUNTERS(X)                                                \
-  X(accepted, "client connections taken")                                       \
-  X(active, "open now: client leg or backend leg still alive")                  \
-  X(completed, "ended with both directions closed cleanly")                     \
-  X(over_limit, "refused because max_connections was reached")                  \
-  X(backend_refused, "backend answered the SYN with a reset; client was reset") \
-  X(backend_timeout, "backend did not complete the handshake in time")          \
-  X(backend_error, "backend leg could not be started (no port, no memory)")     \
-  X(idle_timeout, "reset on both legs for idleness")                            \
-  X(client_reset, "client reset or aborted; backend leg was reset")             \
-  X(backend_reset, "backend reset mid-stream; client leg was reset")            \
-  X(shutdown_reset, "reset on both legs because xdpfwd was stopping")           \
-  X(bytes_to_backend, "payload bytes relayed client -> backend")                \
+#define XDPFWD_RELAY_COUNTERS(X)                                                 \
+  X(accepted, "client connections taken")                                        \
+  X(active, "open now: client leg or backend leg still alive")                   \
+  X(completed, "ended with both directions closed cleanly")                      \
+  X(over_limit, "refused because max_connections was reached")                   \
+  X(backend_refused, "backend answered the SYN with a reset; client was reset")  \
+  X(backend_timeout, "backend did not complete the handshake in time")           \
+  X(backend_error, "backend leg could not be started (no memory, no flow slot)") \
+  X(backend_no_port, "backend leg refused: every local port toward it in use")   \
+  X(idle_timeout, "reset on both legs for idleness")                             \
+  X(client_reset, "client reset or aborted; backend leg was reset")              \
+  X(backend_reset, "backend reset mid-stream; client leg was reset")             \
+  X(shutdown_reset, "reset on both legs because xdpfwd was stopping")            \
+  X(bytes_to_backend, "payload bytes relayed client -> backend")                 \
   X(bytes_to_client, "payload bytes relayed backend -> client")
 
 // A plain copy, summable across threads and paths.

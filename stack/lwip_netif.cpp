@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "stack/os/endpoint.h"
+
 extern "C" {
 #include "lwip/ip4.h"
 #include "lwip/netif.h"
@@ -128,7 +130,10 @@ LwipNetif::LwipNetif(XskPort& port, const LwipNetifConfig& config)
       netif_(std::make_unique<struct netif>()),
       next_hops_(config.ifindex) {}
 
-LwipNetif::~LwipNetif() { netif_remove(netif_.get()); }
+LwipNetif::~LwipNetif() {
+  for (auto& alias : aliases_) netif_remove(alias.get());
+  netif_remove(netif_.get());
+}
 
 Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNetifConfig& config) {
   std::unique_ptr<LwipNetif> self(new LwipNetif(port, config));
@@ -137,15 +142,29 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNe
     rx.owner = self.get();
     rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
   }
-  ip4_addr_t addr, mask, gw;
-  ip4_addr_set_u32(&addr, config.addr.s_addr);
+  ip4_addr_t mask, gw;
   ip4_addr_set_u32(&mask, config.netmask.s_addr);
   ip4_addr_set_u32(&gw, config.gateway.s_addr);
-  if (netif_add(self->netif_.get(), &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init,
-                LwipNetifCallbacks::Input) == nullptr) {
+  auto add = [&](struct netif* nif, in_addr a) {
+    ip4_addr_t addr;
+    ip4_addr_set_u32(&addr, a.s_addr);
+    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init,
+                  LwipNetifCallbacks::Input) == nullptr) {
+      return false;
+    }
+    netif_set_up(nif);
+    return true;
+  };
+  if (!add(self->netif_.get(), config.addr)) {
     return Error{{}, port.ifname() + ": lwIP refused the interface"};
   }
-  netif_set_up(self->netif_.get());
+  for (in_addr a : config.aliases) {
+    self->aliases_.push_back(std::make_unique<struct netif>());
+    if (!add(self->aliases_.back().get(), a)) {
+      self->aliases_.pop_back();
+      return Error{{}, port.ifname() + ": lwIP refused the address " + ToString(a)};
+    }
+  }
   return self;
 }
 

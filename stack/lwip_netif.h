@@ -48,6 +48,10 @@ struct LwipNetifConfig {
   int ifindex = 0;
   MacAddress mac{};
   in_addr addr{}, netmask{}, gateway{};  // gateway 0: everything on-link
+  // More local addresses on the same interface (--backend-source): each is one more lwIP netif
+  // over the same port. lwIP's ip4_input accepts a packet for any netif's address, and routing
+  // by source address sends a connection's segments out through the netif that owns it.
+  std::vector<in_addr> aliases;
   uint16_t mtu = 1500;
   // TCP checksums of received frames. A veth peer hands over frames whose TCP checksum holds
   // only the pseudo-header sum (CHECKSUM_PARTIAL, the data never crossed a wire), so they are
@@ -94,6 +98,7 @@ class LwipNetif {
   XskPort& port_;
   LwipNetifConfig config_;
   std::unique_ptr<struct netif> netif_;
+  std::vector<std::unique_ptr<struct netif>> aliases_;
   std::vector<RxPbuf> rx_pbufs_;  // one per UMEM frame, indexed by frame number
   uint32_t rx_pbufs_in_use_ = 0;
   NextHopCache next_hops_;
