@@ -72,6 +72,15 @@ struct FastPath::Impl {
   FastPathSnapshot snapshot;     // under mu
   std::string final_steer_line;  // the steering counters as they were at Stop
 
+  // The stray-flow reaper: a control thread, so its map scans never stall the worker.
+  std::thread reaper;
+  std::mutex reaper_mu;
+  std::condition_variable reaper_cv;
+  bool reaper_stop = false;  // under reaper_mu
+  std::atomic<uint64_t> stray_flows_reaped{0};
+  void ReapStrays();
+  void CountFlows(FastPathSnapshot& s) const;
+
   Result<Interface*> GetInterface(const std::string& name, in_addr addr, in_addr gateway);
   Result<void> OpenInterface(Interface& i);
   Result<void> WorkerSetup();
@@ -150,6 +159,7 @@ Result<void> FastPath::Impl::WorkerSetup() {
   rc.rules = relay_rules;
   rc.limits = config.limits;
   rc.backend_ports = backend_ports;
+  rc.queue = config.queue;
   auto r = Relay::Create(rc);
   if (!r) return r.error();
   relay = std::move(*r);
@@ -170,8 +180,6 @@ void FastPath::Impl::Publish() {
   s.connections = st.connections;
   s.closing_flows = st.closing_flows;
   for (auto& i : ifaces) {
-    s.flows += i->steer->FlowCount();
-    s.client_flows += i->steer->ClientFlowCount();
     const FrameAccount f = i->port->frames();
     s.frames_held += f.held;
     const XskStats x = i->port->stats();
@@ -193,6 +201,33 @@ void FastPath::Impl::Publish() {
   snapshot = s;
   ++snapshot_seq;
   cv.notify_all();
+}
+
+// A client flow whose handshake has not completed within lwIP's SYN_RCVD timeout never will:
+// lwIP has dropped its half-open pcb (a later SYN from the client starts over). One second of
+// margin keeps the reaper from racing a handshake that completes at the last moment.
+constexpr uint64_t kStrayFlowAgeNs = (TCP_SYN_RCVD_TIMEOUT + 1000) * 1'000'000ull;
+
+void FastPath::Impl::ReapStrays() {
+  std::unique_lock lock(reaper_mu);
+  while (!reaper_cv.wait_for(lock, std::chrono::seconds(1), [this] { return reaper_stop; })) {
+    const uint64_t now = MonotonicNs();
+    if (now < kStrayFlowAgeNs) continue;
+    for (auto& i : ifaces) {
+      stray_flows_reaped.fetch_add(i->steer->ReapStrayFlows(now - kStrayFlowAgeNs),
+                                   std::memory_order_relaxed);
+    }
+  }
+}
+
+// On the caller's thread: map scans do not belong on the worker.
+void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
+  s.flows = s.client_flows = 0;
+  for (const auto& i : ifaces) {
+    s.flows += i->steer->FlowCount();
+    s.client_flows += i->steer->ClientFlowCount();
+  }
+  s.stray_flows_reaped = stray_flows_reaped.load(std::memory_order_relaxed);
 }
 
 FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -308,6 +343,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     return r.error();
   }
 
+  impl->reaper = std::thread([p] { p->ReapStrays(); });
   std::unique_ptr<FastPath> fp(new FastPath(std::move(impl)));
   std::string d;
   for (const auto& i : fp->impl_->ifaces) {
@@ -329,7 +365,10 @@ FastPathSnapshot FastPath::Snapshot() {
   const uint64_t seen = impl_->snapshot_seq;
   impl_->snapshot_wanted = true;
   impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
-  return impl_->snapshot;
+  FastPathSnapshot s = impl_->snapshot;
+  lock.unlock();
+  impl_->CountFlows(s);
+  return s;
 }
 
 std::string FastPath::SteerCountersLine() const {
@@ -361,9 +400,19 @@ void FastPath::Stop() {
     impl_->snapshot_wanted = true;
     impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
   }
+  {
+    std::lock_guard lock(impl_->reaper_mu);
+    impl_->reaper_stop = true;
+  }
+  impl_->reaper_cv.notify_all();
+  impl_->reaper.join();
   impl_->stop = true;
   impl_->thread.join();
   impl_->final_steer_line = SteerCountersLine();
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->CountFlows(impl_->snapshot);  // what the worker left behind, for the exit summary
+  }
   for (auto& i : impl_->ifaces) {
     if (i->steer) (void)i->steer->UnbindQueue(impl_->config.queue);
   }
@@ -375,6 +424,7 @@ FastPath::~FastPath() { Stop(); }
 std::string FastPathSnapshot::Format() const {
   return relay.Format() + " connections=" + std::to_string(connections) +
          " flows=" + std::to_string(flows) + " client_flows=" + std::to_string(client_flows) +
+         " stray_flows_reaped=" + std::to_string(stray_flows_reaped) +
          " closing_flows=" + std::to_string(closing_flows) +
          " lwip_pcbs=" + std::to_string(lwip_pcbs) +
          " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +

@@ -34,13 +34,14 @@ struct FastPathConfig {
 // What the worker last published; read from any thread.
 struct FastPathSnapshot {
   RelayTotals relay;
-  uint64_t connections = 0;      // live relay connections
-  uint64_t closing_flows = 0;    // flow entries lingering after close
-  uint64_t flows = 0;            // entries in all steering maps
-  uint64_t client_flows = 0;     // of those, client flows (counted against --flow-capacity)
-  uint64_t lwip_pcbs = 0;        // lwIP connection pcbs in use (TIME_WAIT included)
-  uint64_t lwip_heap_bytes = 0;  // lwIP heap in use
-  uint64_t frames_held = 0;      // UMEM frames held by lwIP (received data not yet released)
+  uint64_t connections = 0;         // live relay connections
+  uint64_t closing_flows = 0;       // flow entries lingering after close
+  uint64_t flows = 0;               // entries in all steering maps
+  uint64_t client_flows = 0;        // of those, client flows (counted against --flow-capacity)
+  uint64_t stray_flows_reaped = 0;  // client flows whose handshake never completed, removed
+  uint64_t lwip_pcbs = 0;           // lwIP connection pcbs in use (TIME_WAIT included)
+  uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
+  uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
   uint64_t minor_faults = 0, involuntary_switches = 0;
   uint64_t worker_busy_ns = 0;     // time in worker iterations that did work (cumulative)

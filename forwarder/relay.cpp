@@ -294,6 +294,13 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   RelayCounters::Add(counters_.accepted);
   RelayCounters::Add(counters_.active);
 
+  // Taken: the stray-flow reaper must leave this client flow alone. Should the entry be gone
+  // (reaped after a handshake slower than the reaper's age), it is put back, or the client's
+  // next packets would reach the kernel.
+  SteerProgram& client_side = *listener.rule->client_side;
+  if (!client_side.MarkAccepted(client_flow, config_.queue, listener.rule->id)) {
+    (void)client_side.AddFlow(client_flow, config_.queue, listener.rule->id);
+  }
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
   tcp_sent(pcb, Callbacks::Sent);

@@ -38,6 +38,7 @@ struct RelayConfig {
   std::vector<RelayRule> rules;
   RelayLimits limits;
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
+  uint32_t queue = 0;                    // the RX queue this relay's worker serves
   // How long a closed connection's flow entries stay, so a late segment (a retransmitted FIN
   // answering our TIME_WAIT) still reaches lwIP instead of the kernel: lwIP's TIME_WAIT + margin.
   uint64_t flow_linger_ms = 4500;

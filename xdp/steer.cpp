@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstring>
 #include <fstream>
@@ -32,7 +33,7 @@ static_assert(sizeof(steer_listener) == 4);
 static_assert(sizeof(steer_flow_key) == 12 && offsetof(steer_flow_key, sport) == 8 &&
               offsetof(steer_flow_key, dport) == 10);
 static_assert(sizeof(steer_flow) == 24 && offsetof(steer_flow, created_ns) == 8 &&
-              offsetof(steer_flow, origin) == 16);
+              offsetof(steer_flow, origin) == 16 && offsetof(steer_flow, flags) == 20);
 static_assert(sizeof(steer_owner) == 16 && offsetof(steer_owner, start_time) == 8);
 static_assert(sizeof(steer_counter) == 16);
 
@@ -225,15 +226,31 @@ SteerCounters SumCounters(int map_fd) {
   return total;
 }
 
-size_t CountKeys(int map_fd) {
-  steer_flow_key key{}, next{};
-  size_t n = 0;
-  const void* prev = nullptr;
-  while (bpf_map_get_next_key(map_fd, prev, &next) == 0) {
-    ++n;
-    key = next;
-    prev = &key;
+// Visits every flow entry in batches (a few syscalls per 4096 entries, where walking key by
+// key costs two per entry). The map may change meanwhile: entries added or removed during the
+// walk may or may not be seen, as with any walk of a live hash map.
+template <typename Visit>
+void ForEachFlow(int map_fd, Visit&& visit) {
+  constexpr uint32_t kBatch = 4096;
+  std::vector<steer_flow_key> keys(kBatch);
+  std::vector<steer_flow> values(kBatch);
+  alignas(8) unsigned char token[16] = {};  // the hash map's batch cursor (a bucket index)
+  bool first = true;
+  for (;;) {
+    uint32_t n = kBatch;
+    const int r = bpf_map_lookup_batch(map_fd, first ? nullptr : token, token, keys.data(),
+                                       values.data(), &n, nullptr);
+    const int err = r == 0 ? 0 : errno;
+    if (r != 0 && err != ENOENT) return;  // not expected: the walk just ends early
+    for (uint32_t i = 0; i < n; ++i) visit(keys[i], values[i]);
+    if (err == ENOENT) return;  // that was the last batch
+    first = false;
   }
+}
+
+size_t CountKeys(int map_fd) {
+  size_t n = 0;
+  ForEachFlow(map_fd, [&n](const steer_flow_key&, const steer_flow&) { ++n; });
   return n;
 }
 
@@ -467,6 +484,45 @@ Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
   // The program counts the client flows it inserts against its budget; give the slot back.
   if (value.origin == STEER_FLOW_FROM_SYN) std::atomic_ref(skel_->s->bss->syn_flows).fetch_sub(1);
   return {};
+}
+
+Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) {
+  const steer_flow_key key = KeyOf(tuple);
+  steer_flow value{};
+  value.owner = owner;
+  value.rule_id = rule_id;
+  value.created_ns = MonotonicNs();    // still before the connection's end, as removal expects
+  value.origin = STEER_FLOW_FROM_SYN;  // it keeps its slot in the client budget
+  value.flags = STEER_FLOW_ACCEPTED;
+  if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
+                           BPF_EXIST) != 0) {
+    return SystemError(ifname_ + ": marking a flow accepted");
+  }
+  return {};
+}
+
+size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
+  std::vector<steer_flow_key> strays;
+  ForEachFlow(fd, [&](const steer_flow_key& k, const steer_flow& v) {
+    if (v.origin == STEER_FLOW_FROM_SYN && (v.flags & STEER_FLOW_ACCEPTED) == 0 &&
+        v.created_ns < created_before_ns) {
+      strays.push_back(k);
+    }
+  });
+  size_t reaped = 0;
+  for (const steer_flow_key& k : strays) {
+    steer_flow v{};
+    if (bpf_map_lookup_and_delete_elem(fd, &k, &v) != 0) continue;  // gone meanwhile
+    if ((v.flags & STEER_FLOW_ACCEPTED) != 0 || v.origin != STEER_FLOW_FROM_SYN) {
+      // Accepted (or replaced) between the scan and the delete: put it back as it was.
+      (void)bpf_map_update_elem(fd, &k, &v, BPF_NOEXIST);
+      continue;
+    }
+    std::atomic_ref(skel_->s->bss->syn_flows).fetch_sub(1);
+    ++reaped;
+  }
+  return reaped;
 }
 
 uint64_t SteerProgram::ClientFlowCount() const {

@@ -88,6 +88,11 @@ class SteerProgram {
   Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id);
   Result<void> RemoveFlow(const FlowTuple& tuple);
   std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
+  // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
+  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id);
+  // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
+  // giving their slots back to the client budget. Batched map reads; for a control thread.
+  size_t ReapStrayFlows(uint64_t created_before_ns);
   size_t FlowCount() const;
   // Client flows (inserted on SYNs) counted against the flow capacity.
   uint64_t ClientFlowCount() const;

@@ -41,8 +41,13 @@ struct steer_flow {
   __u32 rule_id;
   __u64 created_ns; /* bpf_ktime_get_ns() at insertion: lets userspace reap stray entries */
   __u32 origin;     /* enum steer_flow_origin */
-  __u32 pad;
+  __u32 flags;      /* STEER_FLOW_ACCEPTED: the worker took the connection (not a stray) */
 };
+
+/* steer_flow.flags. A client flow the worker never accepted (the handshake did not complete:
+ * a lost client, a spoofed SYN) is a stray, reaped by userspace once it is older than the
+ * handshake timeout. */
+#define STEER_FLOW_ACCEPTED 1u
 
 /* Who attached the program: lets a later start tell a live xdpfwd from a stale one. */
 struct steer_owner {

@@ -92,6 +92,10 @@
  * forwarder's legs are a LAN hop, and the relay's own port allocator recycles backend ports
  * safely anyway (ISNs grow with the clock). 4 s still absorbs a retransmitted final FIN. */
 #define TCP_MSL 2000UL
+/* A handshake that has not completed in 5 s is dropped (lwIP's default is 20 s): the client's
+ * next SYN starts over, and the steering program's entry for it is reaped as a stray a second
+ * later, so a SYN flood holds pcbs and --flow-capacity slots for seconds, not minutes. */
+#define TCP_SYN_RCVD_TIMEOUT 5000UL
 #define TCP_ENSURE_LOCAL_PORT_RANGE(port) \
   ((u16_t)(TCP_LOCAL_PORT_RANGE_START +   \
            ((port) % (TCP_LOCAL_PORT_RANGE_END - TCP_LOCAL_PORT_RANGE_START + 1))))

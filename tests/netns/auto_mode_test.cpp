@@ -443,6 +443,62 @@ TEST_F(AutoModeTest, ConnectionsBeyondTheFlowCapacityGoToTheKernelPath) {
   EXPECT_EQ(Get(c, "kernel.accepted"), kConns - kCapacity);
 }
 
+// Half-open handshakes never hold a --flow-capacity slot for long. Raw SYNs from the client
+// namespace (no socket behind them: the client's kernel answers lwIP's SYN-ACK with a reset)
+// leave client flow entries that no connection will ever claim; the reaper removes them once
+// they are older than the handshake timeout, and the capacity serves real clients again.
+TEST_F(AutoModeTest, HalfOpenHandshakesAreReapedAndTheirSlotsReturn) {
+  constexpr uint64_t kCapacity = 8;
+  constexpr uint16_t kStrays = 8;
+  EchoBackend echo(topo(), kPort);
+  AutoForwarder fwd({"--flow-capacity", std::to_string(kCapacity), listen(), backend()});
+  ExpectFastPathRunning(fwd);
+  RunInNamespace(topo().client_ns(), [&] {
+    UniqueFd raw(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_TCP));
+    ASSERT_TRUE(raw) << strerror(errno);
+    for (uint16_t i = 0; i < kStrays; ++i) {
+      // A bare SYN; its checksum is left for the veth peer to ignore (CHECKSUM_PARTIAL is what
+      // lwIP expects there) and the steering program does not look at it.
+      tcphdr syn{};
+      syn.source = htons(static_cast<uint16_t>(40000 + i));
+      syn.dest = htons(kPort);
+      syn.seq = htonl(1000u * i);
+      syn.doff = sizeof(tcphdr) / 4;
+      syn.syn = 1;
+      syn.window = htons(65535);
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_addr = topo().client_gw();
+      ASSERT_EQ(
+          sendto(raw.get(), &syn, sizeof(syn), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+          static_cast<ssize_t>(sizeof(syn)))
+          << strerror(errno);
+    }
+  });
+  Counters c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.client_flows") > 0; });
+  EXPECT_EQ(Get(c, "fast.client_flows"), kStrays) << "the SYNs did not take fast-path slots";
+  EXPECT_EQ(Get(c, "fast.accepted"), 0u);
+  // The capacity is spent: a real client now goes to the kernel path.
+  {
+    UniqueFd client = Connect();
+    ExpectEchoedMiB(client.get(), 7);
+  }
+  c = fwd.WaitForStats([](const Counters& s) { return Get(s, "kernel.completed") == 1; });
+  EXPECT_EQ(Get(c, "kernel.completed"), 1u);
+  EXPECT_EQ(Get(c, "fast.accepted"), 0u);
+  // lwIP gives up a handshake after 5 s; the reaper takes entries a second older than that.
+  c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.client_flows") == 0; }, 15s);
+  EXPECT_EQ(Get(c, "fast.client_flows"), 0u) << fwd.output();
+  EXPECT_EQ(Get(c, "fast.stray_flows_reaped"), kStrays);
+  {
+    UniqueFd client = Connect();
+    ExpectEchoedMiB(client.get(), 8);
+  }
+  c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.completed") == 1; });
+  EXPECT_EQ(Get(c, "fast.completed"), 1u) << "the freed slots did not serve a real client";
+  EXPECT_EQ(Get(c, "fast.stray_flows_reaped"), kStrays) << "an accepted flow was reaped";
+}
+
 // An IPv6 client is served by the kernel path and an IPv4 client by the fast path, both
 // through one xdpfwd whose rules share port 9000.
 TEST_F(AutoModeTest, IPv6ClientIsServedByTheKernelPath) {
