@@ -37,8 +37,8 @@ Result<LocalPorts> ReadLocalPorts();
 Result<void> CheckBackendSources(const std::vector<in_addr>& sources);
 
 struct BackendSocket {
-  UniqueFd fd;     // connecting (or connected); empty when err != 0
-  int err = 0;     // errno of the failed socket/bind/connect
+  UniqueFd fd;            // connecting (or connected); empty when err != 0
+  int err = 0;            // errno of the failed socket/bind/connect
   bool own_port = false;  // the port was chosen here, not by the kernel
 };
 
