@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <vector>
-#include <exception>
 
 namespace xdpfwd::test {
 namespace {
