@@ -969,7 +969,7 @@ TEST_F(KernelPathPortsTest, ClientClosesFirstFarBeyondThePortRange) {
   std::map<std::string, uint64_t> s;
   ASSERT_TRUE(Eventually([&] {
     s = Stats();
-    return s["kernel.completed"] == kConnections;
+    return s["kernel.completed"] == kConnections && s["kernel.active"] == 0;
   })) << forwarder_->output();
   EXPECT_EQ(s["kernel.backend_no_port"], 0u);
   EXPECT_EQ(s["kernel.backend_error"], 0u);
@@ -1031,13 +1031,21 @@ TEST_F(KernelPathPortsTest, ExhaustionWithoutTimestampsIsCounted) {
   std::map<std::string, uint64_t> s;
   ASSERT_TRUE(Eventually([&] {
     s = Stats();
-    return s["kernel.completed"] + s["kernel.backend_no_port"] == kConnections;
+    // Each counter is written by its loop thread; active drops last.
+    return s["kernel.completed"] + s["kernel.backend_no_port"] == kConnections &&
+           s["kernel.active"] == 0;
   })) << forwarder_->output();
   EXPECT_EQ(s["kernel.completed"], uint64_t{kPorts});
   EXPECT_EQ(s["kernel.backend_no_port"], uint64_t{kPorts});
   EXPECT_EQ(s["kernel.backend_error"], 0u);
   EXPECT_EQ(failures.size(), size_t{kPorts});
-  for (const std::string& f : failures) EXPECT_NE(f.find("reset"), std::string::npos) << f;
+  // The reset reaches the client at any point of its exchange: on send, on shutdown, on recv.
+  for (const std::string& f : failures) {
+    EXPECT_TRUE(f.find("reset by peer") != std::string::npos ||
+                f.find("not connected") != std::string::npos ||
+                f.find("Broken pipe") != std::string::npos)
+        << f;
+  }
   EXPECT_NE(forwarder_->output().find("no local port left towards"), std::string::npos)
       << forwarder_->output();
   ExpectEachEndedOnce(RelayFromStats(s, "kernel."), s["kernel.backend_no_port"],
