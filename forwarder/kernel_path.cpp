@@ -6,8 +6,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <fstream>
 #include <system_error>
 
+#include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_loop.h"
 #include "forwarder/kernel_path_pump.h"
 #include "stack/os/log.h"
@@ -48,6 +50,35 @@ void RaiseOpenFileLimit(const KernelPathConfig& config, int threads) {
   }
 }
 
+int ReadSysctl(const char* path, int fallback) {
+  std::ifstream in(path);
+  int value = fallback;
+  if (!(in >> value)) return fallback;
+  return value;
+}
+
+// The kernel path takes over its own TIME_WAIT 4-tuples when the kernel runs out of ports
+// towards a backend, which the kernel allows only when the backend sent TCP timestamps
+// (tcp_twsk_unique). Say so at start when this host turned them off; users never need to
+// change a sysctl otherwise.
+void NoteTimeWaitSettings(const kernel_path::LocalPorts& ports) {
+  const int timestamps = ReadSysctl("/proc/sys/net/ipv4/tcp_timestamps", 1);
+  const int tw_reuse = ReadSysctl("/proc/sys/net/ipv4/tcp_tw_reuse", 2);
+  const std::string range = std::to_string(ports.low) + "-" + std::to_string(ports.high) + " (" +
+                            std::to_string(ports.size()) + " ports)";
+  if (timestamps == 0) {
+    Log("kernel path: net.ipv4.tcp_timestamps=0: backend legs cannot take over their own "
+        "TIME_WAIT 4-tuples, so when the client closes first each (source, backend) pair allows "
+        "about " +
+        std::to_string(ports.size()) + " new connections per minute (local ports " + range +
+        "); more --backend-source addresses raise it");
+    return;
+  }
+  LogDetail("kernel path: backend local ports " + range + ", chosen by the kernel until none is " +
+            "left, then here, taking over TIME_WAIT 4-tuples (tcp_timestamps=" +
+            std::to_string(timestamps) + ", tcp_tw_reuse=" + std::to_string(tw_reuse) + ")");
+}
+
 }  // namespace
 
 std::string KernelPathTotals::Format() const {
@@ -55,7 +86,9 @@ std::string KernelPathTotals::Format() const {
          " copy_bytes=" + std::to_string(copy_bytes) +
          " splice_calls=" + std::to_string(splice_calls) +
          " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors) +
-         " empty_polls=" + std::to_string(empty_polls);
+         " empty_polls=" + std::to_string(empty_polls) +
+         " backend_no_port=" + std::to_string(backend_no_port) +
+         " own_port_connects=" + std::to_string(own_port_connects);
 }
 
 KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
@@ -82,12 +115,27 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
         "one thread per CPU");
   }
 
+  if (auto checked = kernel_path::CheckBackendSources(config.backend_sources); !checked) {
+    return Error{checked.error().code, "kernel path: " + checked.error().context};
+  }
+  auto ports = kernel_path::ReadLocalPorts();
+  if (!ports) {
+    // Only the fallback needs the range: the kernel's own choice still works.
+    Log("kernel path: " + ports.error().message() +
+        "; backend legs will fail once the kernel has no local port left");
+    ports = kernel_path::LocalPorts{};
+  }
+  NoteTimeWaitSettings(*ports);
+
   std::unique_ptr<KernelPath> path(new KernelPath(config));
   // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
   for (int i = 0; i < threads; ++i) {
     path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
+    // Each thread starts its own port cursor at a different part of the range.
+    const uint32_t offset = static_cast<uint32_t>(uint64_t{ports->size()} * i / threads);
     auto loop =
-        kernel_path::Loop::Create(path->config_, path->open_connections_, *path->counters_.back());
+        kernel_path::Loop::Create(path->config_, path->open_connections_, *path->counters_.back(),
+                                  kernel_path::BackendConnector(path->config_, *ports, offset));
     if (!loop) return loop.error();
     path->loops_.push_back(std::move(*loop));
   }
@@ -121,6 +169,8 @@ KernelPathTotals KernelPath::Totals() const {
     sum.copy_calls += t.copy_calls;
     sum.errors += t.errors;
     sum.empty_polls += t.empty_polls;
+    sum.backend_no_port += t.backend_no_port;
+    sum.own_port_connects += t.own_port_connects;
   }
   return sum;
 }

@@ -4,6 +4,8 @@
 // baseline every benchmark compares against.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -33,6 +35,9 @@ struct KernelPathConfig {
   // a CPU busy, and a message no longer waits for the loop's halted CPU to wake (see
   // docs/kernel-path.md, "Latency: where the time goes").
   bool busy_poll = false;
+  // Local IPv4 addresses for backend legs towards IPv4 backends, used in turn (each is a
+  // local port range of its own). Empty: the route's source address.
+  std::vector<in_addr> backend_sources;
 };
 
 // Path-specific counters next to the shared relay ones.
@@ -41,6 +46,12 @@ struct KernelPathTotals {
   uint64_t splice_bytes = 0, copy_bytes = 0;
   uint64_t splice_calls = 0, copy_calls = 0;
   uint64_t errors = 0;  // unexpected syscall failures on the data path
+  // Connections ended because the backend connect found no local port (EADDRNOTAVAIL): an
+  // end reason of its own, next to the relay's, so port exhaustion is never silent.
+  uint64_t backend_no_port = 0;
+  // Backend connects on a local port this path chose itself, taking over one of its own
+  // TIME_WAIT 4-tuples, because the kernel's choice had none left (docs/kernel-path.md).
+  uint64_t own_port_connects = 0;
   // epoll_wait calls that returned no event: a deadline's wake-up when sleeping, every spin of
   // the loop when busy-polling.
   uint64_t empty_polls = 0;

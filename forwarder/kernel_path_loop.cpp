@@ -99,21 +99,22 @@ Result<void> SetOption(int fd, int level, int name, int value, const std::string
 }  // namespace
 
 Loop::Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connections,
-           PathCounters& counters)
+           PathCounters& counters, BackendConnector connector)
     : config_(config),
       open_connections_(open_connections),
       counters_(counters),
       pipes_(kPipeBytes),
       buffers_(config.copy_buffer_bytes),
-      pump_{pipes_, buffers_, counters_} {}
+      pump_{pipes_, buffers_, counters_},
+      connector_(std::move(connector)) {}
 
 Loop::~Loop() = default;
 
 Result<std::unique_ptr<Loop>> Loop::Create(const KernelPathConfig& config,
                                            std::atomic<uint32_t>& open_connections,
-                                           PathCounters& counters) {
+                                           PathCounters& counters, BackendConnector connector) {
   static_assert(alignof(Connection) > kTagMask && alignof(Listener) > kTagMask);
-  std::unique_ptr<Loop> loop(new Loop(config, open_connections, counters));
+  std::unique_ptr<Loop> loop(new Loop(config, open_connections, counters, std::move(connector)));
   if (auto opened = loop->Open(); !opened) return opened.error();
   return loop;
 }
@@ -287,16 +288,15 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule) {
   c.client.fd = std::move(client);
   Add(counters_.relay.active);
 
-  c.backend.fd.reset(
-      socket(rule.backend.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-  if (!c.backend.fd) return Finish(c, End::kBackendError);  // EMFILE, ENOBUFS
-  const int one = 1;
-  setsockopt(c.backend.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (connect(c.backend.fd.get(), rule.backend.get(), rule.backend.length) != 0 &&
-      errno != EINPROGRESS) {
-    // EADDRNOTAVAIL (no local port left), ENETUNREACH (no route), ...
-    return Finish(c, errno == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
+  BackendSocket backend =
+      connector_.Connect(static_cast<size_t>(&rule - config_.rules.data()), now_);
+  if (backend.own_port) Add(counters_.own_port_connects);
+  if (backend.err != 0) {
+    if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
+    // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
+    return Finish(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
   }
+  c.backend.fd = std::move(backend.fd);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
@@ -406,6 +406,9 @@ void Loop::Finish(Connection& c, End why) {
       break;
     case End::kBackendError:
       Add(r.backend_error);
+      break;
+    case End::kBackendNoPort:
+      Add(counters_.backend_no_port);
       break;
     case End::kIdleTimeout:
       Add(r.idle_timeout);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "forwarder/kernel_path.h"
+#include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
 #include "stack/os/result.h"
 #include "stack/os/unique_fd.h"
@@ -24,7 +25,7 @@ class Loop {
   // so totals survive Stop().
   static Result<std::unique_ptr<Loop>> Create(const KernelPathConfig& config,
                                               std::atomic<uint32_t>& open_connections,
-                                              PathCounters& counters);
+                                              PathCounters& counters, BackendConnector connector);
   ~Loop();
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
@@ -51,13 +52,14 @@ class Loop {
     kBackendRefused,
     kBackendTimeout,
     kBackendError,
+    kBackendNoPort,  // connect: EADDRNOTAVAIL, no local port left (counted by the path)
     kIdleTimeout,
     kError,
     kStopped,
   };
 
   Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connections,
-       PathCounters& counters);
+       PathCounters& counters, BackendConnector connector);
   Result<void> Open();
 
   void OnWake();
@@ -97,6 +99,7 @@ class Loop {
   PipePool pipes_;
   BufferPool buffers_;
   PumpContext pump_;
+  BackendConnector connector_;
 };
 
 }  // namespace xdpfwd::kernel_path

@@ -56,6 +56,7 @@ int Run(const Options& o) {
     kc.copy_buffer_bytes = o.kernel_buffer;
     kc.use_splice = !o.kernel_copy;
     kc.busy_poll = o.kernel_busy_poll;
+    kc.backend_sources = o.backend_sources;
     auto k = KernelPath::Start(kc);
     if (!k) {
       Log("kernel path cannot start: " + k.error().message());

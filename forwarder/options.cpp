@@ -1,6 +1,9 @@
 // Command-line parsing for xdpfwd (see options.h).
 #include "forwarder/options.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <charconv>
 #include <thread>
 
@@ -57,6 +60,10 @@ const char* Usage() {
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
+         "  --backend-source ADDR[,ADDR...]\n"
+         "                           kernel path: bind backend legs to these local IPv4\n"
+         "                           addresses, in turn (default: the route's source); each\n"
+         "                           adds a local port range towards every backend\n"
          "  --busy-poll              kernel path: threads never sleep (lower latency; each\n"
          "                           thread keeps a CPU 100% busy)\n"
          "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
@@ -74,6 +81,36 @@ std::string_view PathName(PathChoice path) {
       return "kernel";
   }
   return "?";
+}
+
+Result<std::vector<in_addr>> ParseAddressList(const std::string& option, const std::string& text) {
+  if (text.empty()) return Error{{}, option + ": needs at least one address (ADDR[,ADDR...])"};
+  std::vector<in_addr> out;
+  size_t begin = 0;
+  for (;;) {
+    const size_t comma = text.find(',', begin);
+    const std::string item =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    in_addr a{};
+    if (item.empty()) {
+      return Error{{}, option + ": '" + text + "' has an empty address (ADDR[,ADDR...])"};
+    }
+    if (inet_pton(AF_INET, item.c_str(), &a) != 1) {
+      return Error{{}, option + ": '" + item + "' is not an IPv4 address"};
+    }
+    const uint32_t host = ntohl(a.s_addr);
+    // A socket bound to these would not have a source address of its own.
+    if (host == INADDR_ANY || host == INADDR_BROADCAST || IN_MULTICAST(host)) {
+      return Error{{}, option + ": " + item + " is not a unicast address"};
+    }
+    if (std::any_of(out.begin(), out.end(),
+                    [&](const in_addr& o) { return o.s_addr == a.s_addr; })) {
+      return Error{{}, option + ": " + item + " is given twice"};
+    }
+    out.push_back(a);
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
 }
 
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
@@ -172,6 +209,20 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       o.kernel_copy = true;
     } else if (a == "--busy-poll") {
       o.kernel_busy_poll = true;
+    } else if (a == "--backend-source") {
+      XDPFWD_VALUE(v);
+      auto list = ParseAddressList(a, *v);
+      if (!list) return list.error();
+      // Repeating the option adds to the list; an address may still appear only once.
+      for (const in_addr& addr : *list) {
+        if (std::any_of(o.backend_sources.begin(), o.backend_sources.end(),
+                        [&](const in_addr& x) { return x.s_addr == addr.s_addr; })) {
+          char text[INET_ADDRSTRLEN] = "";
+          inet_ntop(AF_INET, &addr, text, sizeof(text));
+          return Error{{}, a + ": " + text + " is given twice"};
+        }
+        o.backend_sources.push_back(addr);
+      }
     } else if (a == "--buffer-size") {
       XDPFWD_VALUE(v);
       auto n = ParseNumber<size_t>(a, *v, 4096, 64u << 20);

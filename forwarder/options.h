@@ -2,6 +2,8 @@
 // to run, and the limits and knobs of each path.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -25,6 +27,9 @@ struct Options {
   bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
   bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping
   size_t kernel_buffer = 64 * 1024;
+  // --backend-source: local IPv4 addresses backend legs are bound to, used in turn. Empty: the
+  // kernel's choice (the route's source address).
+  std::vector<in_addr> backend_sources;
   std::string listen_iface, backend_iface;
   PortRange backend_ports;
   uint32_t flow_capacity = 0;  // 0: the steering program's default
@@ -38,6 +43,9 @@ struct Options {
 Result<Options> ParseCommandLine(const std::vector<std::string>& args);
 const char* Usage();
 std::string_view PathName(PathChoice path);
+
+// "ADDR[,ADDR...]": distinct IPv4 unicast addresses, at least one.
+Result<std::vector<in_addr>> ParseAddressList(const std::string& option, const std::string& text);
 
 // "5s", "250ms", "2m", or a plain number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text);

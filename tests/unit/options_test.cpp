@@ -1,0 +1,122 @@
+// Command-line parsing: --backend-source (the list, its errors) and the sysctl text the kernel
+// path reads its local port range from.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "forwarder/kernel_path_backend.h"
+#include "forwarder/options.h"
+
+namespace xdpfwd {
+namespace {
+
+std::string Dotted(const in_addr& a) {
+  char text[INET_ADDRSTRLEN] = "";
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return text;
+}
+
+std::vector<std::string> Dotted(const std::vector<in_addr>& list) {
+  std::vector<std::string> out;
+  for (const in_addr& a : list) out.push_back(Dotted(a));
+  return out;
+}
+
+Result<Options> Parse(std::vector<std::string> args) {
+  args.push_back("10.0.1.1:9000");
+  args.push_back("10.0.0.2:9001");
+  return ParseCommandLine(args);
+}
+
+std::string ErrorOf(const std::vector<std::string>& args) {
+  auto o = Parse(args);
+  return o ? "(parsed)" : o.error().message();
+}
+
+TEST(BackendSourceOption, DefaultIsTheKernelsChoice) {
+  auto o = Parse({});
+  ASSERT_TRUE(o) << o.error().message();
+  EXPECT_TRUE(o->backend_sources.empty());
+}
+
+TEST(BackendSourceOption, OneOrSeveralAddressesInOrder) {
+  auto one = Parse({"--backend-source", "10.0.0.1"});
+  ASSERT_TRUE(one) << one.error().message();
+  EXPECT_EQ(Dotted(one->backend_sources), std::vector<std::string>{"10.0.0.1"});
+
+  auto list = Parse({"--backend-source", "10.0.0.3,10.0.0.1,192.168.7.9"});
+  ASSERT_TRUE(list) << list.error().message();
+  EXPECT_EQ(Dotted(list->backend_sources),
+            (std::vector<std::string>{"10.0.0.3", "10.0.0.1", "192.168.7.9"}));
+
+  // Repeating the option adds to the list.
+  auto repeated = Parse({"--backend-source", "10.0.0.1", "--backend-source", "10.0.0.2,10.0.0.4"});
+  ASSERT_TRUE(repeated) << repeated.error().message();
+  EXPECT_EQ(Dotted(repeated->backend_sources),
+            (std::vector<std::string>{"10.0.0.1", "10.0.0.2", "10.0.0.4"}));
+}
+
+TEST(BackendSourceOption, ErrorsNameTheOptionAndTheFault) {
+  EXPECT_EQ(ErrorOf({"--backend-source", ""}),
+            "--backend-source: needs at least one address (ADDR[,ADDR...])");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1,,10.0.0.2"}),
+            "--backend-source: '10.0.0.1,,10.0.0.2' has an empty address (ADDR[,ADDR...])");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1,"}),
+            "--backend-source: '10.0.0.1,' has an empty address (ADDR[,ADDR...])");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.300"}),
+            "--backend-source: '10.0.0.300' is not an IPv4 address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "host.example"}),
+            "--backend-source: 'host.example' is not an IPv4 address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "2001:db8::1"}),
+            "--backend-source: '2001:db8::1' is not an IPv4 address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1 "}),
+            "--backend-source: '10.0.0.1 ' is not an IPv4 address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1,10.0.0.2,10.0.0.1"}),
+            "--backend-source: 10.0.0.1 is given twice");
+  EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1", "--backend-source", "10.0.0.1"}),
+            "--backend-source: 10.0.0.1 is given twice");
+  EXPECT_EQ(ErrorOf({"--backend-source", "0.0.0.0"}),
+            "--backend-source: 0.0.0.0 is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "224.0.0.1"}),
+            "--backend-source: 224.0.0.1 is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "255.255.255.255"}),
+            "--backend-source: 255.255.255.255 is not a unicast address");
+  auto missing = ParseCommandLine({"10.0.1.1:9000", "10.0.0.2:9001", "--backend-source"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().message(), "--backend-source needs a value");
+}
+
+TEST(BackendSourceOption, UsageMentionsIt) {
+  EXPECT_NE(std::string(Usage()).find("--backend-source ADDR[,ADDR...]"), std::string::npos);
+}
+
+TEST(LocalPorts, RangeLessReservedPorts) {
+  auto p = kernel_path::ParseLocalPorts("32768\t60999\n", "\n");
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->low, 32768);
+  EXPECT_EQ(p->high, 60999);
+  EXPECT_EQ(p->size(), 28232u);
+  EXPECT_EQ(std::count(p->reserved.begin(), p->reserved.end(), true), 0);
+
+  auto r = kernel_path::ParseLocalPorts("40000 40049", "8080,40010-40012,40049,50000-50010\n");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->size(), 50u);
+  std::vector<int> reserved;
+  for (uint32_t i = 0; i < r->size(); ++i) {
+    if (r->reserved[i]) reserved.push_back(static_cast<int>(r->low + i));
+  }
+  EXPECT_EQ(reserved, (std::vector<int>{40010, 40011, 40012, 40049}));
+}
+
+TEST(LocalPorts, UnreadableTextIsAnError) {
+  EXPECT_FALSE(kernel_path::ParseLocalPorts("", ""));
+  EXPECT_FALSE(kernel_path::ParseLocalPorts("60999 32768", ""));
+  EXPECT_FALSE(kernel_path::ParseLocalPorts("1 70000", ""));
+  EXPECT_FALSE(kernel_path::ParseLocalPorts("1000 2000", "9-x"));
+}
+
+}  // namespace
+}  // namespace xdpfwd
