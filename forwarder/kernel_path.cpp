@@ -87,7 +87,6 @@ std::string KernelPathTotals::Format() const {
          " splice_calls=" + std::to_string(splice_calls) +
          " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors) +
          " empty_polls=" + std::to_string(empty_polls) +
-         " backend_no_port=" + std::to_string(backend_no_port) +
          " own_port_connects=" + std::to_string(own_port_connects);
 }
 
@@ -169,7 +168,6 @@ KernelPathTotals KernelPath::Totals() const {
     sum.copy_calls += t.copy_calls;
     sum.errors += t.errors;
     sum.empty_polls += t.empty_polls;
-    sum.backend_no_port += t.backend_no_port;
     sum.own_port_connects += t.own_port_connects;
   }
   return sum;

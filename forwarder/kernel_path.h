@@ -46,9 +46,6 @@ struct KernelPathTotals {
   uint64_t splice_bytes = 0, copy_bytes = 0;
   uint64_t splice_calls = 0, copy_calls = 0;
   uint64_t errors = 0;  // unexpected syscall failures on the data path
-  // Connections ended because the backend connect found no local port (EADDRNOTAVAIL): an
-  // end reason of its own, next to the relay's, so port exhaustion is never silent.
-  uint64_t backend_no_port = 0;
   // Backend connects on a local port this path chose itself, taking over one of its own
   // TIME_WAIT 4-tuples, because the kernel's choice had none left (docs/kernel-path.md).
   uint64_t own_port_connects = 0;

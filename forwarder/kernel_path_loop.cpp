@@ -408,7 +408,7 @@ void Loop::Finish(Connection& c, End why) {
       Add(r.backend_error);
       break;
     case End::kBackendNoPort:
-      Add(counters_.backend_no_port);
+      Add(r.backend_no_port);  // the relay's end reason, shared with the fast path
       break;
     case End::kIdleTimeout:
       Add(r.idle_timeout);

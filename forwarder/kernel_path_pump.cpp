@@ -35,7 +35,6 @@ KernelPathTotals PathCounters::Snapshot() const {
   t.copy_calls = copy_calls.load(std::memory_order_relaxed);
   t.errors = errors.load(std::memory_order_relaxed);
   t.empty_polls = empty_polls.load(std::memory_order_relaxed);
-  t.backend_no_port = backend_no_port.load(std::memory_order_relaxed);
   t.own_port_connects = own_port_connects.load(std::memory_order_relaxed);
   return t;
 }

@@ -24,7 +24,7 @@ struct PathCounters {
   std::atomic<uint64_t> splice_calls{0}, copy_calls{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> empty_polls{0};
-  std::atomic<uint64_t> backend_no_port{0}, own_port_connects{0};
+  std::atomic<uint64_t> own_port_connects{0};
 
   KernelPathTotals Snapshot() const;
 };

@@ -75,6 +75,7 @@ int Run(const Options& o) {
     fc.listen_iface = o.listen_iface;
     fc.backend_iface = o.backend_iface;
     fc.backend_ports = o.backend_ports;
+    fc.backend_sources = o.backend_sources;
     if (o.flow_capacity) fc.steer.flow_capacity = o.flow_capacity;
     fc.steer.force_generic = o.force_generic;
     if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {

@@ -30,7 +30,7 @@ struct RelayLimits {
   X(backend_refused, "backend answered the SYN with a reset; client was reset")  \
   X(backend_timeout, "backend did not complete the handshake in time")           \
   X(backend_error, "backend leg could not be started (no memory, no flow slot)") \
-  X(backend_no_port, "backend leg refused: every local port toward it in use")   \
+  X(backend_no_port, "backend leg refused: no local port left toward it")        \
   X(idle_timeout, "reset on both legs for idleness")                             \
   X(client_reset, "client reset or aborted; backend leg was reset")              \
   X(backend_reset, "backend reset mid-stream; client leg was reset")             \

@@ -499,6 +499,49 @@ TEST_F(AutoModeTest, HalfOpenHandshakesAreReapedAndTheirSlotsReturn) {
   EXPECT_EQ(Get(c, "fast.stray_flows_reaped"), kStrays) << "an accepted flow was reaped";
 }
 
+// --backend-source on the fast path: backend legs take the given addresses in turn (each one
+// more port space toward the backend), lwIP answers on them, and an address the interface does
+// not have is refused at start with the command that adds it.
+TEST_F(AutoModeTest, FastPathBackendLegsUseEveryBackendSource) {
+  const uint32_t base = ntohl(topo().server_gw().s_addr) & 0xffffff00u;
+  in_addr a{}, b{};
+  a.s_addr = htonl(base | 200);
+  b.s_addr = htonl(base | 201);
+  for (const in_addr& x : {a, b}) {
+    const CommandResult r =
+        topo().Run("", "ip addr add " + ToString(x) + "/32 dev " + topo().server_side_if());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  EchoBackend echo(topo(), kPort);
+  AutoForwarder fwd({"--backend-source", ToString(a) + "," + ToString(b), listen(), backend()});
+  ExpectFastPathRunning(fwd);
+  EXPECT_NE(fwd.ready_line().find(ToString(a) + "+" + ToString(b)), std::string::npos)
+      << fwd.ready_line();
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 10; ++i) {
+    held.push_back(Connect());
+    SetTimeouts(held.back().get());
+    char msg[64] = {static_cast<char>(i)};
+    ASSERT_EQ(send(held.back().get(), msg, sizeof(msg), MSG_NOSIGNAL), 64);
+    ASSERT_EQ(recv(held.back().get(), msg, sizeof(msg), MSG_WAITALL), 64);
+    EXPECT_EQ(msg[0], static_cast<char>(i));
+  }
+  const std::string seen =
+      topo()
+          .Run(topo().server_ns(),
+               "ss -Htn state established '( sport = :" + std::to_string(kPort) + " )'")
+          .output;
+  for (const in_addr& x : {a, b}) {
+    EXPECT_NE(seen.find(ToString(x) + ":"), std::string::npos)
+        << "no leg from " << ToString(x) << ":\n"
+        << seen;
+  }
+  held.clear();
+  const Counters c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.active") == 0; });
+  EXPECT_EQ(Get(c, "fast.accepted"), 10u) << fwd.output();
+  EXPECT_EQ(Get(c, "fast.completed"), 10u);
+}
+
 // An IPv6 client is served by the kernel path and an IPv4 client by the fast path, both
 // through one xdpfwd whose rules share port 9000.
 TEST_F(AutoModeTest, IPv6ClientIsServedByTheKernelPath) {

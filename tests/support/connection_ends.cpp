@@ -5,10 +5,10 @@
 
 namespace xdpfwd::test {
 
-void ExpectEachEndedOnce(const RelayTotals& r, uint64_t path_ends, const std::string& context) {
+void ExpectEachEndedOnce(const RelayTotals& r, const std::string& context) {
   EXPECT_EQ(r.accepted, r.active + r.completed + r.backend_refused + r.backend_timeout +
-                            r.backend_error + r.idle_timeout + r.client_reset + r.backend_reset +
-                            r.shutdown_reset + path_ends)
+                            r.backend_error + r.backend_no_port + r.idle_timeout + r.client_reset +
+                            r.backend_reset + r.shutdown_reset)
       << context;
 }
 

@@ -11,9 +11,8 @@
 namespace xdpfwd::test {
 
 // accepted == active + every end reason (a client refused for max_connections is in
-// over_limit, not in accepted). `path_ends`: connections ended for a reason only that path
-// counts (the kernel path's backend_no_port). `context` is shown on failure (all counters).
-void ExpectEachEndedOnce(const RelayTotals& r, uint64_t path_ends, const std::string& context);
+// over_limit, not in accepted). `context` is shown on failure (all counters).
+void ExpectEachEndedOnce(const RelayTotals& r, const std::string& context);
 
 // The relay counters of one path from a ForwarderProcess::Stats() map ("kernel.accepted"...),
 // `prefix` being "kernel." or "fast.".
