@@ -1,0 +1,231 @@
+// Two lwIP netifs wired back to back in memory (see lwip_wire.h).
+#include "tests/support/lwip_wire.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <ostream>
+#include <tuple>
+
+#include "stack/lwip_pcb.h"
+#include "stack/worker.h"
+
+extern "C" {
+#include "lwip/ip4.h"
+#include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/prot/tcp.h"
+}
+
+namespace xdpfwd::test {
+namespace {
+
+LwipWire* g_wire = nullptr;  // lwIP is global: at most one wire at a time
+
+uint16_t Be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint32_t Be32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+PcbTuple TupleOf(const tcp_pcb* pcb) {
+  const lwip_pcb::Endpoints e = lwip_pcb::EndpointsOf(pcb);
+  return {e.local, e.remote, e.local_port, e.remote_port};
+}
+
+std::vector<PcbTuple> TuplesOf(const tcp_pcb* head) {
+  std::vector<PcbTuple> out;
+  for (const tcp_pcb* pcb = head; pcb != nullptr; pcb = pcb->next) out.push_back(TupleOf(pcb));
+  return out;
+}
+
+}  // namespace
+
+bool PcbTuple::operator<(const PcbTuple& o) const {
+  return std::tie(local.s_addr, local_port, remote.s_addr, remote_port) <
+         std::tie(o.local.s_addr, o.local_port, o.remote.s_addr, o.remote_port);
+}
+
+std::ostream& operator<<(std::ostream& os, const PcbTuple& t) {
+  char local[INET_ADDRSTRLEN], remote[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &t.local, local, sizeof(local));
+  inet_ntop(AF_INET, &t.remote, remote, sizeof(remote));
+  return os << local << ':' << t.local_port << "->" << remote << ':' << t.remote_port;
+}
+
+std::optional<TcpSegment> ParseTcp(const std::vector<uint8_t>& ip) {
+  if (ip.size() < 20 || (ip[0] >> 4) != 4 || ip[9] != IP_PROTO_TCP) return std::nullopt;
+  const size_t ihl = (ip[0] & 0x0fu) * 4u;
+  const size_t total = Be16(&ip[2]);
+  if (ihl < 20 || total > ip.size() || total < ihl + 20) return std::nullopt;
+  const uint8_t* tcp = ip.data() + ihl;
+  const size_t doff = (tcp[12] >> 4) * 4u;
+  if (doff < 20 || ihl + doff > total) return std::nullopt;
+  TcpSegment s;
+  std::memcpy(&s.src.s_addr, &ip[12], 4);
+  std::memcpy(&s.dst.s_addr, &ip[16], 4);
+  s.src_port = Be16(tcp);
+  s.dst_port = Be16(tcp + 2);
+  s.seq = Be32(tcp + 4);
+  s.ack = Be32(tcp + 8);
+  s.flags = tcp[13];
+  s.payload_len = total - ihl - doff;
+  return s;
+}
+
+ip_addr_t LwipWire::AddrA() {
+  ip_addr_t a;
+  IP_ADDR4(&a, 10, 0, 0, 1);
+  return a;
+}
+ip_addr_t LwipWire::AddrB() {
+  ip_addr_t b;
+  IP_ADDR4(&b, 10, 0, 0, 2);
+  return b;
+}
+in_addr LwipWire::InAddrA() { return lwip_pcb::ToInAddr(AddrA()); }
+in_addr LwipWire::InAddrB() { return lwip_pcb::ToInAddr(AddrB()); }
+
+err_t LwipWire::InitNetif(struct netif* netif) {
+  netif->name[0] = 'w';
+  netif->name[1] = netif == &g_wire->a_ ? 'a' : 'b';
+  netif->mtu = 1500;
+  netif->output = Output;
+  netif->flags = NETIF_FLAG_LINK_UP;
+  return ERR_OK;
+}
+
+LwipWire::LwipWire() {
+  InitLwipOnce();
+  if (g_wire != nullptr) {
+    ADD_FAILURE() << "a second LwipWire while one exists: lwIP's state is global";
+    return;
+  }
+  g_wire = this;
+  ip4_addr_t mask, gw;
+  IP4_ADDR(&mask, 255, 255, 255, 0);
+  ip4_addr_set_zero(&gw);
+  const ip_addr_t a = AddrA(), b = AddrB();
+  // The netifs route by source address (LWIP_HOOK_IP4_ROUTE_SRC): a pcb bound to 10.0.0.1
+  // leaves through `a` even though both netifs share the subnet.
+  if (netif_add(&a_, ip_2_ip4(&a), &mask, &gw, this, InitNetif, ip4_input) == nullptr ||
+      netif_add(&b_, ip_2_ip4(&b), &mask, &gw, this, InitNetif, ip4_input) == nullptr) {
+    ADD_FAILURE() << "netif_add refused a wired netif";
+    return;
+  }
+  netif_set_up(&a_);
+  netif_set_up(&b_);
+}
+
+LwipWire::~LwipWire() {
+  if (g_wire != this) return;
+  netif_remove(&a_);
+  netif_remove(&b_);
+  g_wire = nullptr;
+}
+
+err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
+  LwipWire* wire = static_cast<LwipWire*>(netif->state);
+  WirePacket packet;
+  packet.from = netif;
+  packet.bytes.resize(p->tot_len);
+  if (pbuf_copy_partial(p, packet.bytes.data(), p->tot_len, 0) != p->tot_len) {
+    ADD_FAILURE() << "pbuf_copy_partial copied less than tot_len";
+    return ERR_BUF;
+  }
+  const std::optional<TcpSegment> tcp = ParseTcp(packet.bytes);
+  if (!tcp) {
+    ADD_FAILURE() << "lwIP sent a packet that is not IPv4/TCP (" << p->tot_len << " bytes)";
+    return ERR_OK;
+  }
+  packet.tcp = *tcp;
+  WireCounters& c = wire->counters_;
+  ++c.sent;
+  if (tcp->flags & TCP_SYN) ++c.syn;
+  if (tcp->flags & TCP_FIN) ++c.fin;
+  if (tcp->flags & TCP_RST) ++c.rst;
+  if (tcp->flags == TCP_ACK && tcp->payload_len == 0) ++c.pure_ack;
+  if (wire->tap_) wire->tap_(packet);
+  wire->queue_.push_back(std::move(packet));
+  return ERR_OK;
+}
+
+void LwipWire::Replay(const WirePacket& packet) { queue_.push_back(packet); }
+
+void LwipWire::Deliver(const WirePacket& packet) {
+  struct netif* to = packet.from == &a_ ? &b_ : &a_;
+  if (packet.tcp.dst.s_addr != ip4_addr_get_u32(netif_ip4_addr(to))) {
+    ADD_FAILURE() << "packet to " << inet_ntoa(packet.tcp.dst) << " left through "
+                  << packet.from->name[0] << packet.from->name[1]
+                  << ", whose peer does not own that address (routing by source failed?)";
+    return;
+  }
+  // A fresh pbuf, as a driver would hand over: lwIP owns and frees it from here.
+  struct pbuf* p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(packet.bytes.size()), PBUF_RAM);
+  if (p == nullptr) {
+    ADD_FAILURE() << "pbuf_alloc failed: lwIP's heap is exhausted";
+    return;
+  }
+  if (pbuf_take(p, packet.bytes.data(), static_cast<u16_t>(packet.bytes.size())) != ERR_OK) {
+    ADD_FAILURE() << "pbuf_take failed";
+    pbuf_free(p);
+    return;
+  }
+  ++counters_.delivered;
+  to->input(p, to);
+}
+
+size_t LwipWire::Pump(int max_rounds) {
+  size_t delivered = 0;
+  for (int round = 0; round < max_rounds; ++round) {
+    if (queue_.empty()) return delivered;
+    std::deque<WirePacket> batch;
+    batch.swap(queue_);  // what delivery provokes queues up for the next round
+    std::vector<WirePacket> held;
+    for (const WirePacket& packet : batch) {
+      switch (filter_ ? filter_(packet) : WireVerdict::kDeliver) {
+        case WireVerdict::kDeliver:
+          Deliver(packet);
+          ++delivered;
+          break;
+        case WireVerdict::kDrop:
+          ++counters_.dropped;
+          break;
+        case WireVerdict::kHold:
+          held.push_back(packet);
+          break;
+      }
+    }
+    for (const WirePacket& packet : held) {
+      Deliver(packet);
+      ++delivered;
+    }
+  }
+  ADD_FAILURE() << "the wire is still busy after " << max_rounds << " rounds (" << queue_.size()
+                << " packets queued)";
+  return delivered;
+}
+
+void LwipWire::Tick(int ticks) {
+  for (int i = 0; i < ticks; ++i) {
+    tcp_tmr();
+    Pump();
+  }
+}
+
+std::vector<const tcp_pcb*> LwipWire::ActivePcbs() {
+  std::vector<const tcp_pcb*> out;
+  for (const tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) out.push_back(pcb);
+  return out;
+}
+
+std::vector<PcbTuple> LwipWire::ActiveTuples() { return TuplesOf(tcp_active_pcbs); }
+std::vector<PcbTuple> LwipWire::TimeWaitTuples() { return TuplesOf(tcp_tw_pcbs); }
+
+std::vector<const tcp_pcb*> LwipWire::BoundPcbs() {
+  std::vector<const tcp_pcb*> out;
+  for (const tcp_pcb* pcb = tcp_bound_pcbs; pcb != nullptr; pcb = pcb->next) out.push_back(pcb);
+  return out;
+}
+
+}  // namespace xdpfwd::test

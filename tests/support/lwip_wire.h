@@ -1,0 +1,126 @@
+// Two lwIP netifs wired back to back in memory: what one sends, Pump() hands to the other's
+// ip4_input. Tests lwIP's TCP (and our patches to it) in-process, without root or AF_XDP.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <vector>
+
+extern "C" {
+#include "lwip/ip_addr.h"
+#include "lwip/netif.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd::test {
+
+// The TCP header fields of an IPv4 packet on the wire (ports and numbers in host order).
+struct TcpSegment {
+  in_addr src{}, dst{};
+  uint16_t src_port = 0, dst_port = 0;
+  uint32_t seq = 0, ack = 0;
+  uint8_t flags = 0;  // TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK from lwip/prot/tcp.h
+  size_t payload_len = 0;
+};
+
+// Parses an IPv4/TCP packet; nullopt for anything else or a truncated header.
+std::optional<TcpSegment> ParseTcp(const std::vector<uint8_t>& ip_packet);
+
+struct WirePacket {
+  struct netif* from = nullptr;  // the netif lwIP sent it through
+  std::vector<uint8_t> bytes;    // the IPv4 packet
+  TcpSegment tcp;                // parsed (every packet in these tests is TCP)
+};
+
+// What a filter decides for a packet about to be delivered (for loss and reordering tests).
+enum class WireVerdict {
+  kDeliver,
+  kDrop,
+  kHold,  // delivered after the other packets of the same round: reorders it behind them
+};
+
+struct WireCounters {
+  uint64_t sent = 0;       // packets lwIP handed to either netif's output
+  uint64_t delivered = 0;  // packets given to the other side's ip4_input
+  uint64_t dropped = 0;    // by the filter
+  uint64_t syn = 0, fin = 0, rst = 0, pure_ack = 0;  // among `sent`
+};
+
+// A 4-tuple as seen from one pcb (host-order ports), for list snapshots.
+struct PcbTuple {
+  in_addr local{}, remote{};
+  uint16_t local_port = 0, remote_port = 0;
+  bool operator==(const PcbTuple& o) const {
+    return local.s_addr == o.local.s_addr && remote.s_addr == o.remote.s_addr &&
+           local_port == o.local_port && remote_port == o.remote_port;
+  }
+  bool operator<(const PcbTuple& o) const;
+};
+std::ostream& operator<<(std::ostream& os, const PcbTuple& t);  // for gtest messages
+
+// Netif `a` is 10.0.0.1/24 and `b` 10.0.0.2/24, MTU 1500, checksums generated and checked.
+// lwIP's state is global: one LwipWire at a time per process (the constructor fails the test
+// otherwise). Every call happens on the test's thread. Helpers report problems as gtest
+// failures; none aborts the process (lwIP's own LWIP_ASSERTs still do).
+class LwipWire {
+ public:
+  LwipWire();   // InitLwipOnce(), then adds and brings up both netifs
+  ~LwipWire();  // removes them (pcbs still using them are aborted by lwIP)
+  LwipWire(const LwipWire&) = delete;
+  LwipWire& operator=(const LwipWire&) = delete;
+
+  struct netif* a() { return &a_; }
+  struct netif* b() { return &b_; }
+  static ip_addr_t AddrA();
+  static ip_addr_t AddrB();
+  static in_addr InAddrA();
+  static in_addr InAddrB();
+
+  // Delivers queued packets, and what they provoke, until the wire is quiet. Each round takes
+  // everything queued so far. More than `max_rounds` rounds is a test failure (a packet storm).
+  // Returns the number delivered.
+  size_t Pump(int max_rounds = 1000);
+
+  // Queues a copy of a packet seen earlier (a retransmission) for the next Pump().
+  void Replay(const WirePacket& packet);
+
+  // Called for every packet lwIP sends, before it is queued.
+  void SetTap(std::function<void(const WirePacket&)> tap) { tap_ = std::move(tap); }
+  // Decides the fate of each packet as Pump() delivers it; none: deliver everything.
+  void SetFilter(std::function<WireVerdict(const WirePacket&)> filter) {
+    filter_ = std::move(filter);
+  }
+
+  // lwIP's TCP time, decoupled from the wall clock: tcp_tmr() `ticks` times (one tick is
+  // TCP_TMR_INTERVAL ms; every second one runs the slow timer), pumping after each.
+  void Tick(int ticks = 1);
+  void AdvanceMs(uint32_t ms) { Tick(static_cast<int>(ms / TCP_TMR_INTERVAL) + 1); }
+
+  const WireCounters& counters() const { return counters_; }
+  size_t queued() const { return queue_.size(); }
+
+  // Snapshots of lwIP's pcb lists, head first (lwIP internals, read only).
+  static std::vector<const tcp_pcb*> ActivePcbs();
+  static std::vector<PcbTuple> ActiveTuples();
+  static std::vector<PcbTuple> TimeWaitTuples();
+  static std::vector<const tcp_pcb*> BoundPcbs();
+
+ private:
+  static err_t Output(struct netif* netif, struct pbuf* p, const ip4_addr_t* next_hop);
+  static err_t InitNetif(struct netif* netif);
+  void Deliver(const WirePacket& packet);
+
+  struct netif a_ {}, b_{};
+  std::deque<WirePacket> queue_;
+  std::function<void(const WirePacket&)> tap_;
+  std::function<WireVerdict(const WirePacket&)> filter_;
+  WireCounters counters_;
+};
+
+}  // namespace xdpfwd::test

@@ -1,0 +1,679 @@
+// What our two lwIP patches promise, shown over two netifs wired in memory. 0001: every segment
+// reaches its pcb through the 4-tuple hash, however thousands of connections close, TIME_WAIT
+// pcbs included, and unlinking is O(1) without reordering anything. 0002: the pcb pool holds
+// more than 65535 pcbs, reuses freed ones first, and costs resident memory only once used.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stack/lwip_pcb.h"
+#include "stack/worker.h"
+#include "tests/support/lwip_wire.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/pbuf.h"
+#include "lwip/prot/tcp.h"
+#include "lwip/stats.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd::test {
+namespace {
+
+constexpr uint16_t kServerPort = 8080;
+
+mem_size_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
+mem_size_t ListenersInUse() { return lwip_stats.memp[MEMP_TCP_PCB_LISTEN]->used; }
+mem_size_t SegmentsInUse() { return lwip_stats.memp[MEMP_TCP_SEG]->used; }
+
+// One side of a connection as an application on lwIP's raw API sees it.
+struct TcpEnd {
+  tcp_pcb* pcb = nullptr;  // null once handed back (tcp_close/tcp_abort) or freed by lwIP
+  std::string received;
+  bool connected = false;  // client: tcp_connect's callback ran
+  bool got_fin = false;    // recv was called with a null pbuf
+  bool errored = false;
+  err_t error = ERR_OK;
+  // Closes from inside recv without taking the data (tcp_recved): lwIP then resets the
+  // connection and unlinks the pcb twice (tcp_close, then tcp_input's delayed close).
+  bool close_in_recv = false;
+};
+
+enum class CloseOrder { kClientFirst, kServerFirst, kSimultaneous, kAbort };
+
+struct Conn {
+  uint16_t client_port = 0;
+  TcpEnd client, server;
+  std::string c2s, s2c;  // what each direction must carry, byte for byte
+};
+
+// Bytes that differ by connection, direction and position, so a misdelivered segment shows.
+std::string Payload(char direction, size_t conn, size_t len) {
+  std::string s(len, '\0');
+  for (size_t k = 0; k < len; ++k) s[k] = static_cast<char>(direction + conn * 7 + k * 13);
+  return s;
+}
+
+err_t Recv(void* arg, tcp_pcb* pcb, pbuf* p, err_t) {
+  auto* end = static_cast<TcpEnd*>(arg);
+  if (end == nullptr) {  // handed back by the test: nobody reads
+    if (p != nullptr) pbuf_free(p);
+    return ERR_OK;
+  }
+  if (p == nullptr) {
+    end->got_fin = true;
+    return ERR_OK;
+  }
+  if (end->close_in_recv) {
+    pbuf_free(p);
+    end->pcb = nullptr;
+    EXPECT_EQ(tcp_close(pcb), ERR_OK);
+    return ERR_OK;  // not aborted: tcp_input frees the pcb after we return
+  }
+  const size_t at = end->received.size();
+  end->received.resize(at + p->tot_len);
+  pbuf_copy_partial(p, end->received.data() + at, p->tot_len, 0);
+  tcp_recved(pcb, p->tot_len);
+  pbuf_free(p);
+  return ERR_OK;
+}
+
+void Err(void* arg, err_t err) {
+  auto* end = static_cast<TcpEnd*>(arg);
+  if (end == nullptr) return;
+  end->errored = true;
+  end->error = err;
+  end->pcb = nullptr;  // lwIP has freed it
+}
+
+err_t Connected(void* arg, tcp_pcb*, err_t) {
+  static_cast<TcpEnd*>(arg)->connected = true;
+  return ERR_OK;
+}
+
+void Attach(TcpEnd* end, tcp_pcb* pcb) {
+  end->pcb = pcb;
+  tcp_arg(pcb, end);
+  tcp_recv(pcb, Recv);
+  tcp_err(pcb, Err);
+}
+
+// A listener on b and clients on a. Connections are opened from client ports the test picks
+// (SetLocalEndpoint, as the relay opens its backend legs).
+class LwipPcbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pcbs_before_ = PcbsInUse();
+    segs_before_ = SegmentsInUse();
+    listeners_before_ = ListenersInUse();
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr);
+    const ip_addr_t b = LwipWire::AddrB();
+    ASSERT_EQ(tcp_bind(pcb, &b, kServerPort), ERR_OK);
+    listener_ = tcp_listen(pcb);
+    ASSERT_NE(listener_, nullptr);
+    tcp_arg(listener_, this);
+    tcp_accept(listener_, Accept);
+  }
+
+  void TearDown() override {
+    for (auto& [port, conn] : conns_) {
+      for (TcpEnd* end : {&conn->client, &conn->server}) {
+        if (end->pcb != nullptr) {
+          tcp_arg(end->pcb, nullptr);
+          tcp_err(end->pcb, nullptr);
+          tcp_abort(end->pcb);
+          end->pcb = nullptr;
+        }
+      }
+    }
+    wire_.Pump();
+    if (listener_ != nullptr) {
+      EXPECT_EQ(tcp_close(listener_), ERR_OK);
+    }
+    ExpireTimeWait();
+    // Leak check: every pcb and segment this test used is back in its pool.
+    EXPECT_EQ(PcbsInUse(), pcbs_before_);
+    EXPECT_EQ(SegmentsInUse(), segs_before_);
+    EXPECT_EQ(ListenersInUse(), listeners_before_);
+    EXPECT_TRUE(LwipWire::ActiveTuples().empty());
+  }
+
+  // 2 * MSL of lwIP time (and a margin): TIME_WAIT pcbs are freed.
+  void ExpireTimeWait() { wire_.AdvanceMs(2 * TCP_MSL + 100); }
+
+  static err_t Accept(void* arg, tcp_pcb* pcb, err_t err) {
+    auto* self = static_cast<LwipPcbTest*>(arg);
+    if (err != ERR_OK || pcb == nullptr) {
+      ADD_FAILURE() << "accept failed: " << static_cast<int>(err);
+      return ERR_VAL;
+    }
+    const uint16_t port = lwip_pcb::EndpointsOf(pcb).remote_port;
+    auto it = self->conns_.find(port);
+    if (it == self->conns_.end() || it->second->server.pcb != nullptr) {
+      ADD_FAILURE() << "accepted a connection from unexpected port " << port;
+      tcp_abort(pcb);
+      return ERR_ABRT;
+    }
+    Attach(&it->second->server, pcb);
+    return ERR_OK;
+  }
+
+  // Starts a connection from a:port to b:kServerPort (not pumped).
+  Conn* Open(uint16_t port) {
+    auto conn = std::make_unique<Conn>();
+    conn->client_port = port;
+    tcp_pcb* pcb = tcp_new();
+    if (pcb == nullptr) {
+      ADD_FAILURE() << "tcp_new failed for port " << port;
+      return nullptr;
+    }
+    lwip_pcb::SetLocalEndpoint(pcb, LwipWire::InAddrA(), port);
+    Attach(&conn->client, pcb);
+    const ip_addr_t b = LwipWire::AddrB();
+    const err_t err = tcp_connect(pcb, &b, kServerPort, Connected);
+    if (err != ERR_OK) {
+      ADD_FAILURE() << "tcp_connect from port " << port << ": " << static_cast<int>(err);
+      conn->client.pcb = nullptr;
+      tcp_abort(pcb);
+      return nullptr;
+    }
+    Conn* raw = conn.get();
+    conns_[port] = std::move(conn);
+    return raw;
+  }
+
+  // Opens `n` connections from ports first_port.. and checks every one completed.
+  std::vector<Conn*> OpenMany(size_t n, uint16_t first_port) {
+    std::vector<Conn*> out;
+    for (size_t i = 0; i < n; ++i) {
+      Conn* c = Open(static_cast<uint16_t>(first_port + i));
+      if (c == nullptr) return {};
+      out.push_back(c);
+    }
+    wire_.Pump();
+    size_t incomplete = 0;
+    for (Conn* c : out) incomplete += !(c->client.connected && c->server.pcb != nullptr);
+    EXPECT_EQ(incomplete, 0u) << "connections that did not complete the handshake";
+    return out;
+  }
+
+  static void Send(TcpEnd& end, const std::string& bytes) {
+    ASSERT_NE(end.pcb, nullptr);
+    ASSERT_EQ(tcp_write(end.pcb, bytes.data(), static_cast<u16_t>(bytes.size()),
+                        TCP_WRITE_FLAG_COPY),
+              ERR_OK);
+    ASSERT_EQ(tcp_output(end.pcb), ERR_OK);
+  }
+
+  // Sends each connection's c2s and s2c (sizes vary with the index, some span segments) and
+  // checks every byte arrived at the right end.
+  void Exchange(const std::vector<Conn*>& conns, size_t salt) {
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Conn& c = *conns[i];
+      c.c2s = Payload('c', i + salt, 1 + (i * 131 + salt) % 3000);
+      c.s2c = Payload('s', i + salt, 1 + (i * 71 + salt) % 3000);
+      c.client.received.clear();
+      c.server.received.clear();
+      ASSERT_NO_FATAL_FAILURE(Send(c.client, c.c2s));
+    }
+    wire_.Pump();
+    for (Conn* c : conns) ASSERT_NO_FATAL_FAILURE(Send(c->server, c->s2c));
+    wire_.Pump();
+    wire_.Tick(2);  // delayed ACKs
+    size_t wrong = 0;
+    for (Conn* c : conns) {
+      if (c->server.received == c->c2s && c->client.received == c->s2c) continue;
+      if (++wrong <= 5) {
+        ADD_FAILURE() << "port " << c->client_port << ": server got " << c->server.received.size()
+                      << "/" << c->c2s.size() << " bytes, client " << c->client.received.size()
+                      << "/" << c->s2c.size() << (c->server.received.size() == c->c2s.size() &&
+                                                          c->client.received.size() == c->s2c.size()
+                                                      ? " (content differs)"
+                                                      : "");
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "connections whose bytes did not arrive intact";
+  }
+
+  static void Close(TcpEnd& end) {
+    ASSERT_NE(end.pcb, nullptr);
+    tcp_pcb* pcb = end.pcb;
+    end.pcb = nullptr;
+    EXPECT_EQ(tcp_close(pcb), ERR_OK);
+  }
+
+  static void Abort(TcpEnd& end) {
+    ASSERT_NE(end.pcb, nullptr);
+    tcp_pcb* pcb = end.pcb;
+    tcp_abort(pcb);  // our err callback runs (ERR_ABRT) and clears end.pcb
+  }
+
+  // Closes each end that saw its peer's FIN and has not closed yet, as an application would.
+  void CloseWhereFinArrived(const std::vector<Conn*>& conns) {
+    for (Conn* c : conns) {
+      for (TcpEnd* end : {&c->client, &c->server}) {
+        if (end->got_fin && end->pcb != nullptr) Close(*end);
+      }
+    }
+    wire_.Pump();
+  }
+
+  static PcbTuple ClientTuple(const Conn& c) {
+    return {LwipWire::InAddrA(), LwipWire::InAddrB(), c.client_port, kServerPort};
+  }
+  static PcbTuple ServerTuple(const Conn& c) {
+    return {LwipWire::InAddrB(), LwipWire::InAddrA(), kServerPort, c.client_port};
+  }
+
+  std::map<uint16_t, std::unique_ptr<Conn>> conns_;  // by client port; outlives wire_
+  LwipWire wire_;
+  tcp_pcb* listener_ = nullptr;
+  mem_size_t pcbs_before_ = 0, segs_before_ = 0, listeners_before_ = 0;
+};
+
+std::vector<PcbTuple> Sorted(std::vector<PcbTuple> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// Patch 0001's main promise: with thousands of connections in the hash, every segment finds
+// its own pcb (no RST to a live connection, every byte where it belongs), closing in each order
+// leaves exactly the TIME_WAIT pcbs TCP calls for, those are still found (a retransmitted FIN
+// is ACKed, not reset) and every pcb goes back to the pool.
+TEST_F(LwipPcbTest, ThousandsOfConnectionsFindTheirPcbsInEveryCloseOrder) {
+  constexpr size_t kConns = 5000;
+  // The last FIN each side sent, by (sender port, receiver port): replayed at TIME_WAIT pcbs.
+  std::map<std::pair<uint16_t, uint16_t>, WirePacket> last_fin;
+  wire_.SetTap([&](const WirePacket& p) {
+    if (p.tcp.flags & TCP_FIN) last_fin[{p.tcp.src_port, p.tcp.dst_port}] = p;
+  });
+
+  const std::vector<Conn*> conns = OpenMany(kConns, 20000);
+  ASSERT_EQ(conns.size(), kConns);
+  EXPECT_EQ(PcbsInUse(), pcbs_before_ + 2 * kConns);
+  ASSERT_NO_FATAL_FAILURE(Exchange(conns, 0));
+  EXPECT_EQ(wire_.counters().rst, 0u) << "RST sent while every connection was live";
+
+  auto order = [](size_t i) { return static_cast<CloseOrder>(i % 4); };
+  size_t aborts = 0;
+  std::vector<PcbTuple> want_time_wait;
+  for (size_t i = 0; i < kConns; ++i) {
+    Conn& c = *conns[i];
+    switch (order(i)) {
+      case CloseOrder::kClientFirst:
+        Close(c.client);
+        want_time_wait.push_back(ClientTuple(c));
+        break;
+      case CloseOrder::kServerFirst:
+        Close(c.server);
+        want_time_wait.push_back(ServerTuple(c));
+        break;
+      case CloseOrder::kSimultaneous:  // both FINs cross on the wire
+        Close(c.client);
+        Close(c.server);
+        want_time_wait.push_back(ClientTuple(c));
+        want_time_wait.push_back(ServerTuple(c));
+        break;
+      case CloseOrder::kAbort:
+        Abort(c.client);
+        ++aborts;
+        break;
+    }
+  }
+  wire_.Pump();
+  CloseWhereFinArrived(conns);
+  wire_.Tick(2);
+
+  EXPECT_EQ(wire_.counters().rst, aborts) << "one RST per tcp_abort and none anywhere else";
+  EXPECT_TRUE(LwipWire::ActiveTuples().empty()) << "every connection should have finished";
+  EXPECT_EQ(Sorted(LwipWire::TimeWaitTuples()), Sorted(want_time_wait));
+  EXPECT_EQ(PcbsInUse(), pcbs_before_ + want_time_wait.size());
+  size_t unexpected_end = 0;
+  for (size_t i = 0; i < kConns; ++i) {
+    const Conn& c = *conns[i];
+    const bool ok = order(i) == CloseOrder::kAbort
+                        ? c.client.error == ERR_ABRT && c.server.error == ERR_RST
+                        : c.client.got_fin && c.server.got_fin && !c.client.errored &&
+                              !c.server.errored;
+    if (!ok && ++unexpected_end <= 5) {
+      ADD_FAILURE() << "port " << c.client_port << " (order " << i % 4
+                    << ") ended unexpectedly: client fin " << c.client.got_fin << " err "
+                    << static_cast<int>(c.client.error) << ", server fin " << c.server.got_fin
+                    << " err " << static_cast<int>(c.server.error);
+    }
+  }
+  EXPECT_EQ(unexpected_end, 0u);
+
+  // A retransmission of the peer's FIN reaches each TIME_WAIT pcb: it must be ACKed (lwIP's
+  // tcp_timewait_input), which only happens if the lookup finds that pcb.
+  std::vector<WirePacket> answers;
+  wire_.SetTap([&](const WirePacket& p) { answers.push_back(p); });
+  const uint64_t rst_before = wire_.counters().rst;
+  for (const PcbTuple& t : want_time_wait) {
+    auto fin = last_fin.find({t.remote_port, t.local_port});
+    ASSERT_NE(fin, last_fin.end()) << "no FIN seen towards port " << t.local_port;
+    wire_.Replay(fin->second);
+  }
+  // The answers are captured as sent, then dropped: a peer that has finished would reset them.
+  wire_.SetFilter([](const WirePacket& p) {
+    return p.tcp.flags & TCP_FIN ? WireVerdict::kDeliver : WireVerdict::kDrop;
+  });
+  wire_.Pump();
+  wire_.SetFilter({});
+  EXPECT_EQ(wire_.counters().rst, rst_before) << "a TIME_WAIT pcb was not found: RST";
+  ASSERT_EQ(answers.size(), want_time_wait.size());
+  for (const WirePacket& p : answers) {
+    const WirePacket& fin = last_fin.at({p.tcp.dst_port, p.tcp.src_port});
+    EXPECT_EQ(p.tcp.flags, TCP_ACK);
+    EXPECT_EQ(p.tcp.ack, fin.tcp.seq + fin.tcp.payload_len + 1) << "ACK must cover the FIN";
+  }
+  EXPECT_EQ(LwipWire::TimeWaitTuples().size(), want_time_wait.size());
+  wire_.SetTap({});
+
+  ExpireTimeWait();
+  EXPECT_TRUE(LwipWire::TimeWaitTuples().empty());
+  EXPECT_EQ(PcbsInUse(), pcbs_before_) << "pcbs leaked";
+}
+
+// The old tcp_input moved the pcb that got a segment to the front of tcp_active_pcbs; with the
+// hash, finding a pcb must not depend on (or change) its place in the list.
+TEST_F(LwipPcbTest, TrafficDoesNotReorderTheActiveList) {
+  const std::vector<Conn*> conns = OpenMany(1000, 20000);
+  ASSERT_EQ(conns.size(), 1000u);
+  const std::vector<const tcp_pcb*> before = LwipWire::ActivePcbs();
+  ASSERT_EQ(before.size(), 2000u);
+  // Traffic to pcbs deep in the list: the reverse of their order in it.
+  const std::vector<Conn*> reversed(conns.rbegin(), conns.rend());
+  ASSERT_NO_FATAL_FAILURE(Exchange(reversed, 1));
+  const std::vector<const tcp_pcb*> after = LwipWire::ActivePcbs();
+  ASSERT_EQ(after.size(), before.size());
+  size_t moved = 0;
+  for (size_t i = 0; i < before.size(); ++i) moved += before[i] != after[i];
+  EXPECT_EQ(moved, 0u) << "segments reordered the active list (lwIP's move-to-front)";
+}
+
+// The relay reuses a backend port while the old leg may still sit in TIME_WAIT: the old pcb and
+// a new active one share the 4-tuple (and so the hash bucket). Segments go to the active one,
+// and freeing the TIME_WAIT one later leaves the active one reachable.
+TEST_F(LwipPcbTest, TimeWaitAndActivePcbOnTheSameTupleCoexist) {
+  constexpr uint16_t kPort = 30000;
+  std::vector<Conn*> first = OpenMany(1, kPort);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(Exchange(first, 2));
+  Close(first[0]->client);
+  wire_.Pump();
+  CloseWhereFinArrived(first);
+  const PcbTuple tuple = ClientTuple(*first[0]);
+  ASSERT_EQ(LwipWire::TimeWaitTuples(), std::vector<PcbTuple>{tuple});
+  ASSERT_TRUE(LwipWire::ActiveTuples().empty());
+  auto old = conns_.extract(kPort);  // keep its ends alive; the port is reused below
+
+  std::vector<Conn*> second = OpenMany(1, kPort);
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(Exchange(second, 3));
+  EXPECT_EQ(wire_.counters().rst, 0u);
+  EXPECT_EQ(LwipWire::TimeWaitTuples(), std::vector<PcbTuple>{tuple});
+  EXPECT_EQ(Sorted(LwipWire::ActiveTuples()), Sorted({tuple, ServerTuple(*second[0])}));
+
+  // The TIME_WAIT pcb expires (unlinked from the bucket the active pcb shares) ...
+  wire_.AdvanceMs(2 * TCP_MSL + 100);
+  EXPECT_TRUE(LwipWire::TimeWaitTuples().empty());
+  // ... and the active one still gets its segments.
+  ASSERT_NO_FATAL_FAILURE(Exchange(second, 4));
+  EXPECT_EQ(wire_.counters().rst, 0u);
+  EXPECT_FALSE(second[0]->client.errored || second[0]->server.errored);
+  Close(second[0]->server);
+  wire_.Pump();
+  CloseWhereFinArrived(second);
+  EXPECT_EQ(LwipWire::TimeWaitTuples(), std::vector<PcbTuple>{ServerTuple(*second[0])});
+  EXPECT_TRUE(LwipWire::ActiveTuples().empty());
+}
+
+// Removing a pcb from a list it is not on leaves every list as it was: (1) tcp_close and
+// tcp_abort of a never-connected pcb whose local port was set directly (SetLocalEndpoint), and
+// (2) lwIP's own double unlink of the active list, when an application closes a connection
+// with unread data from inside its recv callback (tcp_close unlinks and sends RST, then
+// tcp_input's delayed close unlinks the same pcb again).
+TEST_F(LwipPcbTest, RemovingAPcbFromAListItIsNotOnChangesNothing) {
+  const std::vector<Conn*> conns = OpenMany(64, 20000);
+  ASSERT_EQ(conns.size(), 64u);
+  // Some TIME_WAIT pcbs too.
+  for (size_t i = 0; i < 8; ++i) Close(conns[i]->client);
+  wire_.Pump();
+  CloseWhereFinArrived(conns);
+  tcp_pcb* bound = tcp_new();  // something on the bound list
+  ASSERT_NE(bound, nullptr);
+  const ip_addr_t a = LwipWire::AddrA();
+  ASSERT_EQ(tcp_bind(bound, &a, 40001), ERR_OK);
+
+  const auto active = LwipWire::ActivePcbs();
+  const auto time_wait = LwipWire::TimeWaitTuples();
+  const auto bound_list = LwipWire::BoundPcbs();
+  ASSERT_EQ(time_wait.size(), 8u);
+  ASSERT_EQ(bound_list, std::vector<const tcp_pcb*>{bound});
+  const mem_size_t in_use = PcbsInUse();
+
+  for (int use_abort = 0; use_abort < 2; ++use_abort) {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr);
+    lwip_pcb::SetLocalEndpoint(pcb, LwipWire::InAddrA(), 40000);
+    if (use_abort) {
+      tcp_abort(pcb);
+    } else {
+      EXPECT_EQ(tcp_close(pcb), ERR_OK);
+    }
+    EXPECT_EQ(LwipWire::ActivePcbs(), active);
+    EXPECT_EQ(LwipWire::TimeWaitTuples(), time_wait);
+    EXPECT_EQ(LwipWire::BoundPcbs(), bound_list);
+    EXPECT_EQ(PcbsInUse(), in_use);
+  }
+  EXPECT_EQ(wire_.counters().rst, 0u) << "a never-connected pcb has nothing to reset";
+  EXPECT_EQ(tcp_close(bound), ERR_OK);
+  const mem_size_t in_use_unbound = PcbsInUse();
+  EXPECT_EQ(in_use_unbound, in_use - 1);
+
+  // (2): the last connection's server closes with unread data from inside recv.
+  Conn& victim = *conns.back();
+  victim.server.close_in_recv = true;
+  std::vector<const tcp_pcb*> want = active;  // what stays: all but the victim's two pcbs
+  std::erase_if(want, [&](const tcp_pcb* p) {
+    const auto e = lwip_pcb::EndpointsOf(p);
+    return e.local_port == victim.client_port || e.remote_port == victim.client_port;
+  });
+  ASSERT_EQ(want.size(), active.size() - 2);
+  std::vector<WirePacket> rsts;
+  wire_.SetTap([&](const WirePacket& p) {
+    if (p.tcp.flags & TCP_RST) rsts.push_back(p);
+  });
+  ASSERT_NO_FATAL_FAILURE(Send(victim.client, "unread"));
+  wire_.Pump();
+  wire_.SetTap({});
+  EXPECT_EQ(victim.client.error, ERR_RST);
+  ASSERT_FALSE(rsts.empty()) << "closing with unread data must reset the connection";
+  for (const WirePacket& p : rsts) {
+    const uint16_t client_port = p.tcp.src_port == kServerPort ? p.tcp.dst_port : p.tcp.src_port;
+    EXPECT_EQ(client_port, victim.client_port) << "RST on a connection that was not closed";
+  }
+  EXPECT_EQ(LwipWire::ActivePcbs(), want) << "the double unlink disturbed the active list";
+  EXPECT_EQ(LwipWire::TimeWaitTuples(), time_wait);
+  EXPECT_EQ(PcbsInUse(), in_use_unbound - 2);
+
+  // Every other connection is still reachable.
+  std::vector<Conn*> live(conns.begin() + 8, conns.end() - 1);
+  ASSERT_NO_FATAL_FAILURE(Exchange(live, 5));
+}
+
+// ---- patch 0002: memory pools ----
+
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+size_t ResidentBytesOfProcess() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * PageSize() : 0;
+}
+
+// The pcb pool's memory: [begin, begin + bytes).
+struct PoolSpan {
+  const uint8_t* begin;
+  size_t bytes;
+  size_t element;
+};
+
+PoolSpan PcbPool() {
+  const memp_desc* desc = memp_pools[MEMP_TCP_PCB];
+  // MEMP_SIZE (the per-element header) is 0 without MEMP_OVERFLOW_CHECK.
+  return {static_cast<const uint8_t*>(LWIP_MEM_ALIGN(desc->base)),
+          size_t{desc->num} * desc->size, desc->size};
+}
+
+// Bytes of [span] the kernel has in memory (mincore: exact, unlike the process-wide RSS).
+size_t ResidentBytesOf(const PoolSpan& span) {
+  const size_t page = PageSize();
+  const uintptr_t first = reinterpret_cast<uintptr_t>(span.begin) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(span.begin) + span.bytes;
+  const size_t pages = (end - first + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  if (mincore(reinterpret_cast<void*>(first), pages * page, vec.data()) != 0) {
+    ADD_FAILURE() << "mincore failed";
+    return 0;
+  }
+  size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1u;
+  return resident * page;
+}
+
+// pcbs from tcp_new, returned to the pool however the test ends.
+struct PcbBatch {
+  std::vector<tcp_pcb*> pcbs;
+  ~PcbBatch() { Free(); }
+  void Free() {
+    for (tcp_pcb* p : pcbs) tcp_abort(p);  // CLOSED and on no list: freed, nothing sent
+    pcbs.clear();
+  }
+};
+
+class LwipPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { InitLwipOnce(); }
+};
+
+TEST_F(LwipPoolTest, PcbPoolHoldsMoreThan65535) {
+  static_assert(MEMP_NUM_TCP_PCB > 65535, "the pool this test exists for");
+  EXPECT_EQ(memp_pools[MEMP_TCP_PCB]->num, static_cast<uint32_t>(MEMP_NUM_TCP_PCB))
+      << "memp_desc.num truncated the pool size";
+  EXPECT_EQ(lwip_stats.memp[MEMP_TCP_PCB]->avail, static_cast<mem_size_t>(MEMP_NUM_TCP_PCB));
+
+  const mem_size_t before = PcbsInUse();
+  const uint32_t errors_before = lwip_stats.memp[MEMP_TCP_PCB]->err;
+  constexpr size_t kMany = 65536 + 4096;
+  PcbBatch batch;
+  batch.pcbs.reserve(kMany);
+  for (size_t i = 0; i < kMany; ++i) {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr) << "tcp_new failed after " << i << " pcbs";
+    batch.pcbs.push_back(pcb);
+  }
+  EXPECT_EQ(std::set<tcp_pcb*>(batch.pcbs.begin(), batch.pcbs.end()).size(), kMany);
+  EXPECT_EQ(PcbsInUse(), before + kMany);
+  batch.Free();
+  EXPECT_EQ(PcbsInUse(), before);
+  EXPECT_EQ(lwip_stats.memp[MEMP_TCP_PCB]->err, errors_before);
+}
+
+// Freed pcbs come back before any never-used element is carved, most recently freed first
+// (the hot ones, still in cache).
+TEST_F(LwipPoolTest, FreedPcbsAreReusedFirstLastInFirstOut) {
+  PcbBatch first, second;
+  for (int i = 0; i < 100; ++i) {
+    first.pcbs.push_back(tcp_new());
+    ASSERT_NE(first.pcbs.back(), nullptr);
+  }
+  const std::vector<tcp_pcb*> freed = first.pcbs;
+  first.Free();  // in allocation order
+  for (int i = 0; i < 100; ++i) {
+    second.pcbs.push_back(tcp_new());
+    ASSERT_NE(second.pcbs.back(), nullptr);
+  }
+  const std::vector<tcp_pcb*> want(freed.rbegin(), freed.rend());
+  EXPECT_EQ(second.pcbs, want);
+}
+
+// Resident memory right after lwip_init, taken before any test of this process runs (a
+// global test environment), so that it does not depend on which tests ran first.
+struct AtInit {
+  bool taken = false;
+  size_t process_rss = 0, pool_resident = 0;
+};
+AtInit g_at_init;
+
+class LwipInitEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    InitLwipOnce();
+    g_at_init = {true, ResidentBytesOfProcess(), ResidentBytesOf(PcbPool())};
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_lwip_init_environment =
+    ::testing::AddGlobalTestEnvironment(new LwipInitEnvironment);
+
+// The pool is ~80 MB of .bss with our lwipopts. Right after lwip_init none of it is resident;
+// later only elements handed out at least once are; and allocating 50,000 pcbs beyond the
+// high-water mark grows the process by about their size.
+TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
+  const PoolSpan pool = PcbPool();
+  ASSERT_GT(pool.bytes, size_t{60} << 20) << "expected the full-size pool of lwipopts.h";
+  const size_t page = PageSize();
+  // A pool's span can share its first and last pages with other variables, and the elements
+  // in use straddle one more page boundary.
+  const size_t slack = 3 * page;
+
+  ASSERT_TRUE(g_at_init.taken);
+  EXPECT_LE(g_at_init.pool_resident, slack)
+      << "pcb pool resident right after lwip_init: memp_init touched every element";
+  EXPECT_LT(g_at_init.process_rss, pool.bytes / 2)
+      << "the process held " << g_at_init.process_rss << " bytes right after lwip_init";
+
+  // Elements ever handed out: the pool's high-water mark (every carve raises it).
+  const size_t used_ever = lwip_stats.memp[MEMP_TCP_PCB]->max;
+  EXPECT_LE(ResidentBytesOf(pool), used_ever * pool.element + slack)
+      << "pool pages resident that no pcb ever used";
+
+  constexpr size_t kFresh = 50000;
+  const size_t target = used_ever + kFresh;  // so that kFresh elements are carved anew
+  const size_t rss_before = ResidentBytesOfProcess();
+  PcbBatch batch;
+  while (PcbsInUse() < target) {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr) << "tcp_new failed at " << PcbsInUse() << " pcbs in use";
+    batch.pcbs.push_back(pcb);
+  }
+  const size_t fresh_bytes = kFresh * pool.element;
+  const size_t grew = ResidentBytesOfProcess() - rss_before;
+  EXPECT_GE(grew, fresh_bytes * 9 / 10)
+      << "RSS grew by " << grew << " bytes for " << fresh_bytes << " bytes of new pcbs";
+  const size_t resident = ResidentBytesOf(pool);
+  EXPECT_GE(resident + slack, target * pool.element);
+  EXPECT_LE(resident, target * pool.element + slack);
+  std::printf("pcb %zu bytes, pool %zu bytes; at lwip_init: process %zu, pool %zu resident; "
+              "%zu pcbs carved: pool %zu resident, process grew %zu\n",
+              pool.element, pool.bytes, g_at_init.process_rss, g_at_init.pool_resident, target,
+              resident, grew);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test
