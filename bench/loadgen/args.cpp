@@ -23,7 +23,7 @@ const std::vector<ModeSpec>& Modes() {
       {Mode::kServe,
        "serve",
        {"--listen", "--request", "--response"},
-       {"--close-after-response", "--cpu"}},
+       {"--close-after-response", "--reuseport", "--cpu"}},
       {Mode::kRequestResponse,
        "rr",
        {"--connect", "--connections", "--request", "--response", "--seconds"},
@@ -31,11 +31,11 @@ const std::vector<ModeSpec>& Modes() {
       {Mode::kRate,
        "rate",
        {"--connect", "--concurrency", "--request", "--response", "--seconds"},
-       {"--warmup", "--timeout", "--source", "--cpu"}},
+       {"--close", "--warmup", "--timeout", "--source", "--cpu"}},
       {Mode::kHold,
        "hold",
        {"--connect", "--connections", "--request", "--response"},
-       {"--concurrency", "--timeout", "--source", "--cpu"}},
+       {"--concurrency", "--max-failures", "--timeout", "--source", "--cpu"}},
   };
   return modes;
 }
@@ -85,15 +85,20 @@ const char* Usage() {
   return "usage: xdpfwd-loadgen MODE [options]          (results: one JSON line on stdout)\n"
          "\n"
          "  serve --listen ADDR:PORT --request B --response B [--close-after-response]\n"
-         "        backend: reads B request bytes, writes B response bytes, repeats; port 0 picks\n"
-         "        a free port (logged on stderr); summary on SIGINT/SIGTERM\n"
+         "        [--reuseport] backend: reads B request bytes, writes B response bytes, repeats;\n"
+         "        port 0 picks a free port (logged on stderr); --reuseport lets several servers\n"
+         "        share the port (SO_REUSEPORT); summary on SIGINT/SIGTERM\n"
          "  rr    --connect ADDR:PORT --connections N --request B --response B --seconds S\n"
          "        [--warmup S] closed-loop request/response on N connections\n"
          "  rate  --connect ADDR:PORT --concurrency N --request B --response B --seconds S\n"
-         "        [--warmup S] new connection per exchange (serve with --close-after-response)\n"
+         "        [--warmup S] [--close server|client] new connection per exchange; server\n"
+         "        (default): waits for the server's EOF (serve --close-after-response), client:\n"
+         "        closes as soon as the response is in (serve without it)\n"
          "  hold  --connect ADDR:PORT --connections N --request B --response B [--concurrency C]\n"
-         "        one exchange on each of N connections (C connecting at once, default 256),\n"
-         "        prints {\"event\":\"established\",...}, holds them until stdin ends or SIGTERM\n"
+         "        [--max-failures F] one exchange on each of N connections (C connecting at\n"
+         "        once, default 256; stops opening after F failures), prints\n"
+         "        {\"event\":\"established\",...}, holds them until stdin ends, then proves each\n"
+         "        still works with one more exchange before closing it (SIGTERM: no proof)\n"
          "\n"
          "  ADDR:PORT is 127.0.0.1:9000 or [::1]:9000. Common options:\n"
          "  --source ADDR[,ADDR...]  client source addresses, used in turn (more ephemeral ports)\n"
@@ -137,8 +142,8 @@ Result<Options> ParseArgs(const std::vector<std::string>& args) {
       return Error{{}, mode + " does not take '" + a + "'"};
     }
     if (!seen.insert(a).second) return Error{{}, a + " is given twice"};
-    if (a == "--close-after-response") {
-      o.close_after_response = true;
+    if (a == "--close-after-response" || a == "--reuseport") {
+      (a == "--reuseport" ? o.reuse_port : o.close_after_response) = true;
       continue;
     }
     if (i + 1 >= args.size()) return Error{{}, a + " needs a value"};
@@ -164,6 +169,13 @@ Result<Options> ParseArgs(const std::vector<std::string>& args) {
       o.sources = *s;
     } else if (a == "--connections") {
       ok = integer(o.connections, 1u, 1'000'000u);
+    } else if (a == "--close") {
+      if (v != "server" && v != "client") {
+        return Error{{}, "--close: '" + v + "' is not server or client"};
+      }
+      o.close = v == "client" ? CloseOrder::kClient : CloseOrder::kServer;
+    } else if (a == "--max-failures") {
+      ok = integer(o.max_failures, uint64_t{1}, uint64_t{1'000'000});
     } else if (a == "--concurrency") {
       ok = integer(o.concurrency, 1u, 1'000'000u);
     } else if (a == "--request") {

@@ -11,6 +11,8 @@
 namespace xdpfwd::loadgen {
 
 enum class Mode { kServe, kRequestResponse, kRate, kHold };
+// rate: which end closes each connection first (and so keeps its TIME_WAIT).
+enum class CloseOrder { kServer, kClient };
 
 struct Options {
   Mode mode = Mode::kServe;
@@ -26,6 +28,9 @@ struct Options {
   double warmup = 1.0;                // before it, excluded from statistics
   double timeout = 5.0;               // per connect and per exchange; counts as a timeout error
   bool close_after_response = false;  // serve
+  bool reuse_port = false;            // serve: SO_REUSEPORT, several servers on one port
+  CloseOrder close = CloseOrder::kServer;  // rate
+  uint64_t max_failures = 0;               // hold: stop opening after this many (0: never)
   int cpu = -1;
 };
 

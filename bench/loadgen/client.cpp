@@ -1,7 +1,7 @@
 // rr, rate and hold: client connections driven by one thread's level-triggered epoll loop. Each
 // slot runs connect -> request -> response and then, by mode, repeats the exchange on the same
-// connection (rr), waits for the server's EOF and starts a new connection (rate), or stays open
-// and idle (hold).
+// connection (rr), waits for the server's EOF or closes first and starts a new connection (rate),
+// or stays open and idle until a last exchange proves it still works before it closes (hold).
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,6 +36,7 @@ struct Slot {
   Phase phase = Phase::kIdle;
   uint32_t interest = 0;     // events registered with epoll
   bool retry = false;        // failed: start again at the next sweep (rr, rate)
+  bool closing = false;      // hold: the exchange that proves it before it closes
   uint64_t started_ns = 0;   // latency origin: rr the request's first byte, else connect()
   uint64_t deadline_ns = 0;  // --timeout for the connect or the current exchange
   uint64_t done = 0;         // bytes of the request sent, or of the response received
@@ -72,7 +73,7 @@ class ClientRun {
     uint64_t quit_ns = kNever;
     epoll_event events[256];
     for (;;) {
-      if (o_.mode == Mode::kHold) StartMoreHeld();
+      if (o_.mode == Mode::kHold) StepHold();
       const uint64_t now = NowNs();
       if (!draining_ && now >= end_ns_) {
         draining_ = true;
@@ -110,11 +111,19 @@ class ClientRun {
     JsonObject j;
     j.String("mode", ModeName(o_.mode)).String("connect", ToString(o_.connect));
     if (o_.mode == Mode::kHold) {
+      // Held = proven by an exchange when opened and again before closing; nothing else counts.
+      const uint64_t held_until = verify_started_ns_ ? verify_started_ns_ : stop_ns_;
       j.Count("requested", slots_.size())
-          .Count("connections", completed_)
+          .Count("opened", opened_)
+          .Count("verified_open", completed_)
+          .Count("verified_close", verified_close_)
+          .Count("connections", verified_close_)
           .Count("dropped", dropped_)
+          .Count("not_attempted", slots_.size() - next_held_)
           .Number("held_seconds",
-                  established_ns_ ? static_cast<double>(stop_ns_ - established_ns_) / 1e9 : 0, 3);
+                  established_ns_ ? static_cast<double>(held_until - established_ns_) / 1e9 : 0, 3)
+          .Object("errors_at_close", close_failures_.Json())
+          .Object("errnos_at_close", close_failures_.ErrnoJson());
     } else {
       if (o_.mode == Mode::kRequestResponse) {
         j.Count("connections", slots_.size());
@@ -134,12 +143,16 @@ class ClientRun {
             .Number("sent_bytes_per_sec", out, 1)
             .Number("received_bytes_per_sec", in, 1);
       } else {
-        j.Count("connections", completed_).Number("connections_per_sec", per_sec, 1);
+        j.String("close", o_.close == CloseOrder::kClient ? "client" : "server")
+            .Count("connections", completed_)
+            .Number("connections_per_sec", per_sec, 1)
+            .Count("connections_total", completed_total_);  // warm-up and drain included
       }
       j.Object("latency_us", LatencyJson(latency_));
     }
     j.Object("errors", failures_.Json()).Object("errnos", failures_.ErrnoJson());
     PrintLine(j);
+    if (o_.mode == Mode::kHold) return verified_close_ == slots_.size();
     return completed_ > 0;
   }
 
@@ -180,7 +193,12 @@ class ClientRun {
       return;
     }
     s.phase = Phase::kConnecting;
-    if (c->done) BeginExchange(i, NowNs());
+    if (c->done) Connected(i);
+  }
+
+  void Connected(size_t i) {
+    if (o_.mode == Mode::kHold) ++opened_;
+    BeginExchange(i, NowNs());
   }
 
   void OnEvent(size_t i, uint32_t events) {
@@ -192,7 +210,7 @@ class ClientRun {
         if (const int err = ConnectResult(s.fd.get()); err != 0) {
           Fail(i, Failure::kConnect, err);
         } else if (events & EPOLLOUT) {
-          BeginExchange(i, NowNs());
+          Connected(i);
         }
         return;
       case Phase::kSending:
@@ -212,7 +230,7 @@ class ClientRun {
 
   void BeginExchange(size_t i, uint64_t now) {
     Slot& s = slots_[i];
-    if (o_.mode == Mode::kRequestResponse) {
+    if (o_.mode == Mode::kRequestResponse || s.closing) {
       s.started_ns = now;
       s.deadline_ns = now + ToNs(o_.timeout);
     }
@@ -277,13 +295,27 @@ class ClientRun {
         }
         return;
       case Mode::kRate:
+        if (o_.close == CloseOrder::kClient) {
+          // The client's FIN goes first: TIME_WAIT stays on this side (and, through a
+          // forwarder, on the forwarder's backend leg).
+          Completed(now - s.started_ns, now);
+          ++completed_total_;
+          Close(i);
+          if (!draining_) Start(i);
+          return;
+        }
         s.phase = Phase::kAwaitingEof;
         AwaitEof(i);  // the server's FIN often came with the response
         return;
       case Mode::kHold:
+        --in_flight_;
+        if (s.closing) {
+          ++verified_close_;
+          Close(i);
+          return;
+        }
         Completed(now - s.started_ns, now);
         s.phase = Phase::kHeld;
-        --in_flight_;
         return;
       case Mode::kServe:
         return;
@@ -296,6 +328,7 @@ class ClientRun {
     if (n == 0) {
       const uint64_t now = NowNs();
       Completed(now - s.started_ns, now);
+      ++completed_total_;
       Close(i);
       if (!draining_) Start(i);
     } else if (n > 0) {
@@ -325,7 +358,7 @@ class ClientRun {
 
   // Counted whether in warm-up or not: a failure is never hidden.
   void Fail(size_t i, Failure kind, int err) {
-    failures_.Add(kind, err);
+    (slots_[i].closing ? close_failures_ : failures_).Add(kind, err);
     Close(i);
     if (o_.mode == Mode::kHold) {
       --in_flight_;
@@ -340,6 +373,7 @@ class ClientRun {
     s.fd.reset();  // also leaves epoll
     s.phase = Phase::kIdle;
     s.interest = 0;
+    s.closing = false;
   }
 
   void Sweep(uint64_t now) {
@@ -353,33 +387,75 @@ class ClientRun {
     }
   }
 
-  // hold: keep --concurrency connections in progress until all were tried, then report them
-  // established once.
-  void StartMoreHeld() {
+  // hold: keep --concurrency connections in progress until all were tried (or --max-failures
+  // failed), report them established once, then hold them until stdin ends, then prove each
+  // with one more exchange (again --concurrency at once) and close it.
+  void StepHold() {
+    if (verifying_) {
+      StartMoreVerifications();
+      return;
+    }
+    if (established_ns_ != 0) return;
     while (in_flight_ < o_.concurrency && next_held_ < slots_.size()) {
+      if (o_.max_failures != 0 && failures_.total() >= o_.max_failures) {
+        if (!gave_up_) {
+          Log("hold: " + std::to_string(failures_.total()) + " connections failed; opening no " +
+              "more (--max-failures)");
+        }
+        gave_up_ = true;
+        break;
+      }
       ++in_flight_;  // before Start, which may fail at once and take it back
       Start(next_held_++);
     }
-    if (established_ns_ != 0 || next_held_ < slots_.size() || in_flight_ != 0) return;
+    if ((next_held_ < slots_.size() && !gave_up_) || in_flight_ != 0) return;
     established_ns_ = NowNs();
     Log("hold: " + std::to_string(completed_) + " of " + std::to_string(slots_.size()) +
-        " connections established" + (stdin_pollable_ ? "; holding until stdin ends" : ""));
+        " connections established and proven" +
+        (stdin_pollable_ && !stdin_ended_ ? "; holding until stdin ends" : ""));
     JsonObject j;
     j.String("event", "established")
         .Count("connections", completed_)
         .Count("requested", slots_.size())
+        .Count("opened", opened_)
+        .Count("verified_open", completed_)
+        .Count("not_attempted", slots_.size() - next_held_)
         .Number("seconds", static_cast<double>(established_ns_ - begin_ns_) / 1e9, 3)
         .Object("latency_us", LatencyJson(latency_))
         .Object("errors", failures_.Json())
         .Object("errnos", failures_.ErrnoJson());
     PrintLine(j);
-    if (!stdin_pollable_) stop_ = true;
+    if (!stdin_pollable_ || stdin_ended_) BeginVerification();
+  }
+
+  void BeginVerification() {
+    verifying_ = true;
+    verify_started_ns_ = NowNs();
+    const uint64_t held = completed_ - dropped_;
+    Log("hold: proving the " + std::to_string(held) + " held connections before closing them");
+    StartMoreVerifications();
+  }
+
+  void StartMoreVerifications() {
+    while (in_flight_ < o_.concurrency && next_verify_ < slots_.size()) {
+      const size_t i = next_verify_++;
+      if (slots_[i].phase != Phase::kHeld) continue;  // failed at open or dropped since
+      slots_[i].closing = true;
+      ++in_flight_;
+      BeginExchange(i, NowNs());
+    }
+    if (next_verify_ == slots_.size() && in_flight_ == 0) stop_ = true;
   }
 
   void ReadStdin() {
     char buf[4096];
     const ssize_t n = read(0, buf, sizeof(buf));
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) stop_ = true;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      // Level-triggered: an ended stdin would wake every epoll_wait from now on.
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, 0, nullptr);
+      stdin_ended_ = true;
+      if (established_ns_ != 0 && !verifying_) BeginVerification();
+    }
   }
 
   const Options& o_;
@@ -398,13 +474,23 @@ class ClientRun {
   uint64_t end_ns_ = kNever;
   uint64_t stop_ns_ = 0;
   Histogram latency_;
-  uint64_t completed_ = 0;  // exchanges (rr), connections (rate, hold) in the measured time
-  Failures failures_;
+  uint64_t completed_ = 0;        // exchanges (rr), connections (rate, hold) in the measured time
+  uint64_t completed_total_ = 0;  // rate: connections completed at any time
+  Failures failures_;             // hold: failures while opening and holding
+  Failures close_failures_;       // hold: failures of the exchange before closing
   // hold
   size_t next_held_ = 0;
   size_t in_flight_ = 0;
   uint64_t established_ns_ = 0;
   uint64_t dropped_ = 0;
+  uint64_t opened_ = 0;          // handshakes completed (a forwarder may complete one it
+                                 // cannot serve: only the exchange proves the connection)
+  uint64_t verified_close_ = 0;  // proven again just before closing
+  bool gave_up_ = false;         // --max-failures reached: the rest were never attempted
+  bool stdin_ended_ = false;
+  bool verifying_ = false;
+  size_t next_verify_ = 0;
+  uint64_t verify_started_ns_ = 0;
 };
 
 std::string Describe(const Options& o) {
@@ -416,7 +502,8 @@ std::string Describe(const Options& o) {
       return "rr: " + std::to_string(o.connections) + " connections to " + target + ", " + sizes;
     case Mode::kRate:
       return "rate: " + std::to_string(o.concurrency) + " concurrent connections to " + target +
-             ", " + sizes;
+             ", " + sizes + ", " + (o.close == CloseOrder::kClient ? "client" : "server") +
+             " closes first";
     default:
       return "hold: " + std::to_string(o.connections) + " connections to " + target + " (" +
              std::to_string(o.concurrency) + " at once), " + sizes;
@@ -449,8 +536,9 @@ int RunClient(const Options& o) {
     return 1;
   }
   if (!run.Report()) {
-    Log(std::string("nothing succeeded") + (o.mode == Mode::kHold ? "" : " in the measured time") +
-        "; see \"errors\"");
+    Log(o.mode == Mode::kHold ? "not every connection was held and proven at open and close; "
+                                "see the counts and \"errors\""
+                              : "nothing succeeded in the measured time; see \"errors\"");
     return 1;
   }
   return 0;

@@ -74,11 +74,14 @@ std::string ToString(const SockAddr& addr) {
   return "[" + std::string(buf) + "]:" + std::to_string(addr.port());
 }
 
-Result<UniqueFd> Listen(const SockAddr& addr, int backlog) {
+Result<UniqueFd> Listen(const SockAddr& addr, int backlog, bool reuse_port) {
   UniqueFd fd(socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return SystemError("socket");
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuse_port && setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+    return SystemError("SO_REUSEPORT");
+  }
   setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (bind(fd.get(), addr.get(), addr.length) != 0) return SystemError("bind " + ToString(addr));
   if (listen(fd.get(), backlog) != 0) return SystemError("listen " + ToString(addr));

@@ -30,8 +30,10 @@ Result<SockAddr> ParseAddr(const std::string& text);
 // "127.0.0.1:9000" or "[::1]:9000".
 std::string ToString(const SockAddr& addr);
 
-// Non-blocking listening TCP socket with TCP_NODELAY inherited by accepted sockets.
-Result<UniqueFd> Listen(const SockAddr& addr, int backlog);
+// Non-blocking listening TCP socket with TCP_NODELAY inherited by accepted sockets. reuse_port:
+// SO_REUSEPORT, so several processes (each within its own open-file limit) share the port and
+// the kernel spreads new connections over them.
+Result<UniqueFd> Listen(const SockAddr& addr, int backlog, bool reuse_port = false);
 Result<SockAddr> LocalAddress(int fd);
 
 // A non-blocking TCP socket with TCP_NODELAY, bound to `source` (when not null) without picking

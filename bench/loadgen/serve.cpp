@@ -215,7 +215,7 @@ int RunServe(const Options& o) {
     Log(signals.error().message());
     return 1;
   }
-  auto listener = Listen(o.listen, kBacklog);
+  auto listener = Listen(o.listen, kBacklog, o.reuse_port);
   if (!listener) {
     Log(listener.error().message());
     return 1;

@@ -1,5 +1,7 @@
 // The benchmark runner's smoke run (`bench/run --quick`), as CI runs it: it must finish, and
-// every configuration must have produced every number. Its own namespaces, interface names and
+// every configuration must have produced every number: throughput and latency, the connection
+// rate in both close orders with its failures and the forwarder's CPU (the fast path's worker
+// busy time), and idle connections all held and proven. Its own namespaces, interface names and
 // subnets, so it cannot meet another run's.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,7 +27,7 @@ std::string ReadFile(const std::filesystem::path& path) {
   return s.str();
 }
 
-// The table rows (lines starting with "| ") of results.md that name `label`.
+// The table rows (lines starting with "| ") of results.md that name `label`: one per table.
 std::vector<std::string> RowsFor(const std::string& table, const std::string& label) {
   std::vector<std::string> rows;
   std::istringstream lines(table);
@@ -50,18 +52,37 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   const std::string table = ReadFile(out / "results.md");
   ASSERT_FALSE(table.empty()) << "no results.md:\n" << run.output();
   EXPECT_NE(ReadFile(out / "results.json").find("\"xdpfwd-xdp\""), std::string::npos);
+  const std::string json = ReadFile(out / "results.json");
+  for (const char* field :
+       {"\"verified_close\"", "\"connections_total\"", "\"rate_client\"", "\"us_per_conn\""}) {
+    EXPECT_NE(json.find(field), std::string::npos) << field << " missing from results.json";
+  }
   // The labels bench/run prints; socat and HAProxy are installed by scripts/setup.
   for (const std::string label :
        {"direct kernel routing (no proxy)", "xdpfwd --path kernel", "xdpfwd --path xdp",
         "socat (fork per connection)", "HAProxy (mode tcp, 1 thread)"}) {
+    // Throughput and latency; connection rate; idle connections.
     const auto rows = RowsFor(table, label);
-    ASSERT_EQ(rows.size(), 1u) << label << " missing from:\n" << table;
-    // direct routing has no forwarder process: no CPU, syscall or memory figures.
+    ASSERT_EQ(rows.size(), 3u) << label << " missing from a table:\n" << table;
+    // direct routing has no forwarder process: no CPU or syscall figures (2), no forwarder CPU
+    // per connection in either close order (2), no forwarder PSS (1).
     const bool direct = label.rfind("direct", 0) == 0;
-    std::string row = rows[0];
     size_t missing = 0;
-    for (size_t at = row.find("—"); at != std::string::npos; at = row.find("—", at + 1)) ++missing;
-    EXPECT_EQ(missing, direct ? 4u : 0u) << "a measurement produced no number:\n" << row;
+    for (const std::string& row : rows) {
+      for (size_t at = row.find("—"); at != std::string::npos; at = row.find("—", at + 1)) {
+        ++missing;
+      }
+      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
+    }
+    EXPECT_EQ(missing, direct ? 5u : 0u) << "a measurement produced no number:\n"
+                                         << rows[0] << "\n"
+                                         << rows[1] << "\n"
+                                         << rows[2];
+    // The fast path's CPU per connection is its worker's busy time, never wall time.
+    if (label == "xdpfwd --path xdp") {
+      EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];
+    }
   }
   std::filesystem::remove_all(out);
 }

@@ -1,5 +1,6 @@
 // The xdpfwd-loadgen binary end to end on loopback: serve answers, rr/rate/hold report what they
-// did as JSON with no errors and ordered percentiles, failures are counted, bad arguments exit 2.
+// did as JSON with no errors and ordered percentiles, failures are counted, bad arguments exit 2;
+// and its argument parser on its own.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -8,8 +9,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "bench/loadgen/args.h"
 #include "tests/support/child_process.h"
 
 namespace xdpfwd::test {
@@ -57,8 +60,8 @@ void ExpectOrderedLatency(const std::string& json) {
 // SIGKILL by ChildProcess) in the destructor, so a failing test leaves nothing behind.
 class Server {
  public:
-  explicit Server(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{Binary(),    "serve", "--listen",   "127.0.0.1:0",
+  explicit Server(std::vector<std::string> extra = {}, const std::string& listen = "127.0.0.1:0") {
+    std::vector<std::string> argv{Binary(),    "serve", "--listen",   listen,
                                   "--request", "32",    "--response", "32"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     child_ = std::make_unique<ChildProcess>(argv);
@@ -149,11 +152,86 @@ TEST(Loadgen, HoldKeepsConnectionsUntilStdinEnds) {
   hold.CloseStdin();
   ASSERT_EQ(hold.Wait(10s), 0) << hold.output();
   const std::string final_line = JsonLine(hold.output(), "{\"mode\":\"hold\"");
-  EXPECT_EQ(Field(final_line, "connections"), 100) << final_line;
+  // Each connection proven twice: when opened and again just before it closed.
+  for (const char* count :
+       {"requested", "opened", "verified_open", "verified_close", "connections"}) {
+    EXPECT_EQ(Field(final_line, count), 100) << count << " in " << final_line;
+  }
   EXPECT_EQ(Field(final_line, "dropped"), 0);
+  EXPECT_EQ(Field(final_line, "not_attempted"), 0);
+  ExpectNoErrors(final_line);
+  for (const char* kind : {"connect", "reset", "timeout", "short", "excess"}) {
+    EXPECT_EQ(Field(final_line, kind, "errors_at_close"), 0) << kind << " in " << final_line;
+  }
   const std::string summary = server.Stop();
   EXPECT_EQ(Field(summary, "connections"), 100) << summary;
-  EXPECT_EQ(Field(summary, "exchanges"), 100);
+  EXPECT_EQ(Field(summary, "exchanges"), 200);
+}
+
+// A server that closes after the first response: every connection is opened and proven once,
+// then lost while held. None counts as held, and the run exits 1.
+TEST(Loadgen, HoldCountsConnectionsLostWhileHeld) {
+  Server server({"--close-after-response"});
+  ChildProcess hold({Binary(), "hold", "--connect", server.address(), "--connections", "20",
+                     "--request", "32", "--response", "32"},
+                    ChildProcess::Input::kPipe);
+  ASSERT_TRUE(hold.WaitForLine("{\"event\":\"established\"", 20s)) << hold.output();
+  // The server's FINs arrive while held.
+  std::this_thread::sleep_for(200ms);
+  hold.CloseStdin();
+  ASSERT_EQ(hold.Wait(10s), 1) << hold.output();
+  const std::string final_line = JsonLine(hold.output(), "{\"mode\":\"hold\"");
+  EXPECT_EQ(Field(final_line, "opened"), 20) << final_line;
+  EXPECT_EQ(Field(final_line, "verified_open"), 20) << final_line;
+  EXPECT_EQ(Field(final_line, "dropped"), 20) << final_line;
+  EXPECT_EQ(Field(final_line, "verified_close"), 0) << final_line;
+  EXPECT_EQ(Field(final_line, "connections"), 0) << final_line;
+}
+
+// Nothing listens: with --max-failures the run stops opening connections early, reports the
+// rest as not attempted, and exits 1.
+TEST(Loadgen, HoldGivesUpAfterMaxFailures) {
+  std::string address;
+  {
+    Server gone;
+    address = gone.address();
+  }
+  const RunResult hold =
+      Loadgen({"hold", "--connect", address, "--connections", "1000", "--concurrency", "4",
+               "--max-failures", "10", "--request", "32", "--response", "32"});
+  EXPECT_EQ(hold.status, 1) << hold.output;
+  const std::string json = JsonLine(hold.output, "{\"mode\":\"hold\"");
+  EXPECT_EQ(Field(json, "connections"), 0) << json;
+  EXPECT_GE(Field(json, "connect", "errors"), 10) << json;
+  EXPECT_GT(Field(json, "not_attempted"), 900) << json;
+}
+
+// Two servers share one port with --reuseport; the client closes first and nothing fails.
+TEST(Loadgen, ConnectionRateClientClosesFirstOverReusedPort) {
+  Server first({"--reuseport"});
+  Server second({"--reuseport"}, first.address());
+  const RunResult rate =
+      Loadgen({"rate", "--connect", first.address(), "--close", "client", "--concurrency", "4",
+               "--request", "32", "--response", "32", "--seconds", "1", "--warmup", "0.2"});
+  ASSERT_EQ(rate.status, 0) << rate.output;
+  const std::string json = JsonLine(rate.output, "{\"mode\":\"rate\"");
+  EXPECT_NE(json.find("\"close\":\"client\""), std::string::npos) << json;
+  const double connections = Field(json, "connections");
+  EXPECT_GT(connections, 0) << json;
+  EXPECT_GE(Field(json, "connections_total"), connections) << json;
+  ExpectNoErrors(json);
+  // The client's FIN arrives between requests: a normal close for each server, never a short
+  // request or a reset; together they served every connection.
+  double served = 0;
+  for (Server* s : {&first, &second}) {
+    const std::string summary = s->Stop();
+    for (const char* kind : {"accept", "reset", "short"}) {
+      EXPECT_EQ(Field(summary, kind, "errors"), 0) << kind << " in " << summary;
+    }
+    EXPECT_EQ(Field(summary, "connections"), Field(summary, "exchanges")) << summary;
+    served += Field(summary, "connections");
+  }
+  EXPECT_GE(served, Field(json, "connections_total"));
 }
 
 // Nothing listens: every attempt is counted as a connect error with its errno, and a run in
@@ -186,3 +264,70 @@ TEST(Loadgen, BadArgumentsExitTwoNamingTheOption) {
 
 }  // namespace
 }  // namespace xdpfwd::test
+
+namespace xdpfwd::loadgen {
+namespace {
+
+Result<Options> Parse(std::vector<std::string> args) { return ParseArgs(args); }
+
+TEST(LoadgenArgs, RateCloseOrder) {
+  const std::vector<std::string> base = {
+      "rate", "--connect",  "127.0.0.1:9", "--concurrency", "2", "--request",
+      "1",    "--response", "1",           "--seconds",     "1"};
+  auto server = Parse(base);
+  ASSERT_TRUE(server) << server.error().message();
+  EXPECT_EQ(server->close, CloseOrder::kServer);  // the default, as before the option existed
+  auto with = [&](const std::string& order) {
+    auto args = base;
+    args.insert(args.end(), {"--close", order});
+    return Parse(args);
+  };
+  auto client = with("client");
+  ASSERT_TRUE(client) << client.error().message();
+  EXPECT_EQ(client->close, CloseOrder::kClient);
+  ASSERT_TRUE(with("server"));
+  EXPECT_EQ(with("server")->close, CloseOrder::kServer);
+  auto bad = with("both");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("--close"), std::string::npos) << bad.error().message();
+  // Only rate takes it; serve's --close-after-response is a different option.
+  EXPECT_FALSE(Parse({"hold", "--connect", "127.0.0.1:9", "--connections", "1", "--request", "1",
+                      "--response", "1", "--close", "client"}));
+  EXPECT_FALSE(Parse({"serve", "--listen", "127.0.0.1:0", "--request", "1", "--response", "1",
+                      "--close", "client"}));
+}
+
+TEST(LoadgenArgs, ServeReusePort) {
+  auto plain = Parse({"serve", "--listen", "127.0.0.1:0", "--request", "1", "--response", "1"});
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_FALSE(plain->reuse_port);
+  auto shared = Parse({"serve", "--listen", "127.0.0.1:0", "--request", "1", "--response", "1",
+                       "--reuseport", "--close-after-response"});
+  ASSERT_TRUE(shared) << shared.error().message();
+  EXPECT_TRUE(shared->reuse_port);
+  EXPECT_TRUE(shared->close_after_response);
+  EXPECT_FALSE(Parse({"rate", "--connect", "127.0.0.1:9", "--concurrency", "1", "--request", "1",
+                      "--response", "1", "--seconds", "1", "--reuseport"}));
+}
+
+TEST(LoadgenArgs, HoldMaxFailures) {
+  const std::vector<std::string> base = {"hold", "--connect", "127.0.0.1:9", "--connections",
+                                         "10",   "--request", "1",           "--response",
+                                         "1"};
+  auto unlimited = Parse(base);
+  ASSERT_TRUE(unlimited) << unlimited.error().message();
+  EXPECT_EQ(unlimited->max_failures, 0u);
+  EXPECT_EQ(unlimited->concurrency, 256u);
+  auto args = base;
+  args.insert(args.end(), {"--max-failures", "100"});
+  auto limited = Parse(args);
+  ASSERT_TRUE(limited) << limited.error().message();
+  EXPECT_EQ(limited->max_failures, 100u);
+  args.back() = "0";
+  auto zero = Parse(args);
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message().find("--max-failures"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdpfwd::loadgen
