@@ -536,9 +536,10 @@ struct PoolSpan {
 
 PoolSpan PcbPool() {
   const memp_desc* desc = memp_pools[MEMP_TCP_PCB];
-  // MEMP_SIZE (the per-element header) is 0 without MEMP_OVERFLOW_CHECK.
+  // The array is MEMP_NUM_TCP_PCB elements whatever desc->num says (unpatched, a u16 that
+  // truncates it). MEMP_SIZE (the per-element header) is 0 without MEMP_OVERFLOW_CHECK.
   return {static_cast<const uint8_t*>(LWIP_MEM_ALIGN(desc->base)),
-          size_t{desc->num} * desc->size, desc->size};
+          size_t{MEMP_NUM_TCP_PCB} * desc->size, desc->size};
 }
 
 // Bytes of [span] the kernel has in memory (mincore: exact, unlike the process-wide RSS).
