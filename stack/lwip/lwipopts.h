@@ -35,13 +35,17 @@
  * pseudo-header sum (CHECKSUM_PARTIAL), a real NIC must not have corrupt frames accepted. */
 #define LWIP_CHECKSUM_CTRL_PER_NETIF 1
 
-/* ---- memory: static pools, no malloc on the data path ---- */
-#define MEM_LIBC_MALLOC 0
+/* ---- memory: static pools for pcbs, segments and pbuf headers; payload copies from malloc ---- */
+/* PBUF_RAM (relayed data copied into send queues, backlogs a slow reader holds) comes from
+ * glibc's malloc, not lwIP's own heap: that heap is first-fit and scans every live block on each
+ * allocation. With 100,000 connections proving themselves at once, thousands of segment copies
+ * were live and mem_malloc took 75% of the worker (perf, bench/run's idle test); glibc's size
+ * bins make it O(1). Byte counts stay in lwip_stats.mem (lwIP keeps a size header per block).
+ * Still one allocation per sent segment, as before: a preallocated TX pool is the next lever. */
+#define MEM_LIBC_MALLOC 1
 #define MEMP_MEM_MALLOC 0
 #define MEM_ALIGNMENT 8
-/* Heap for PBUF_RAM: relayed data copied into send queues, and backlogs a slow reader holds
- * (a backlog is copied out of UMEM so it never pins frames). 64 MiB covers 32 bulk legs with full
- * 1 MiB windows; untouched pages cost no memory. */
+/* Not a heap any more (MEM_LIBC_MALLOC); above 64000 it makes mem_size_t (byte counts) 32 bits. */
 #define MEM_SIZE (64 * 1024 * 1024)
 #define MEMP_NUM_PBUF 8192           /* PBUF_REF/ROM: zero-copy tcp_write of received data */
 #define PBUF_POOL_SIZE 256           /* RX uses custom pbufs over UMEM frames instead */
@@ -80,9 +84,15 @@
 /* lwIP's backlog counter is a u8 (at most 255 handshakes in flight per listener); the relay
  * accepts at once and enforces its own connection cap, so the backlog is off. */
 #define TCP_LISTEN_BACKLOG 0
-/* lwIP ticks its fast timer (delayed ACKs, refused data) every TCP_TMR_INTERVAL and its slow
- * timer (RTO, TIME_WAIT) every two. 250 ms is far too coarse for a relay on a LAN. */
+/* lwIP ticks its fast timer (delayed ACKs, a FIN waiting for memory, refused data) every
+ * TCP_TMR_INTERVAL: 250 ms by default, far too coarse for a relay on a LAN. With our patch 0003
+ * it visits only pcbs with such work, so 10 ms costs nothing per idle connection. */
 #define TCP_TMR_INTERVAL 10
+/* The slow timer (RTO, persist, keepalive, FIN_WAIT_2/TIME_WAIT expiry) still visits every
+ * active pcb: every 100 ms rather than every 20, so 100,000 connections cost ten walks a second.
+ * It is also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
+ * 2 * TCP_TMR_INTERVAL.) */
+#define TCP_SLOW_INTERVAL 100
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000

@@ -46,9 +46,9 @@ enum class WireVerdict {
 };
 
 struct WireCounters {
-  uint64_t sent = 0;       // packets lwIP handed to either netif's output
-  uint64_t delivered = 0;  // packets given to the other side's ip4_input
-  uint64_t dropped = 0;    // by the filter
+  uint64_t sent = 0;                                 // packets lwIP handed to either netif's output
+  uint64_t delivered = 0;                            // packets given to the other side's ip4_input
+  uint64_t dropped = 0;                              // by the filter
   uint64_t syn = 0, fin = 0, rst = 0, pure_ack = 0;  // among `sent`
 };
 
@@ -75,8 +75,12 @@ class LwipWire {
   LwipWire(const LwipWire&) = delete;
   LwipWire& operator=(const LwipWire&) = delete;
 
-  struct netif* a() { return &a_; }
-  struct netif* b() { return &b_; }
+  struct netif* a() {
+    return &a_;
+  }
+  struct netif* b() {
+    return &b_;
+  }
   static ip_addr_t AddrA();
   static ip_addr_t AddrB();
   static in_addr InAddrA();
@@ -98,7 +102,7 @@ class LwipWire {
   }
 
   // lwIP's TCP time, decoupled from the wall clock: tcp_tmr() `ticks` times (one tick is
-  // TCP_TMR_INTERVAL ms; every second one runs the slow timer), pumping after each.
+  // TCP_TMR_INTERVAL ms; every TCP_SLOW_INTERVAL runs the slow timer too), pumping after each.
   void Tick(int ticks = 1);
   void AdvanceMs(uint32_t ms) { Tick(static_cast<int>(ms / TCP_TMR_INTERVAL) + 1); }
 
@@ -116,7 +120,8 @@ class LwipWire {
   static err_t InitNetif(struct netif* netif);
   void Deliver(const WirePacket& packet);
 
-  struct netif a_ {}, b_{};
+  struct netif a_ {
+  }, b_{};
   std::deque<WirePacket> queue_;
   std::function<void(const WirePacket&)> tap_;
   std::function<WireVerdict(const WirePacket&)> filter_;

@@ -47,6 +47,9 @@ struct TcpEnd {
   // Closes from inside recv without taking the data (tcp_recved): lwIP then resets the
   // connection and unlinks the pcb twice (tcp_close, then tcp_input's delayed close).
   bool close_in_recv = false;
+  // On the peer's FIN in TIME_WAIT, hands the pcb back with lwip_pcb::Release from inside the
+  // recv callback, as the relay does with a finished leg.
+  bool release_on_fin = false;
 };
 
 enum class CloseOrder { kClientFirst, kServerFirst, kSimultaneous, kAbort };
@@ -72,6 +75,13 @@ err_t Recv(void* arg, tcp_pcb* pcb, pbuf* p, err_t) {
   }
   if (p == nullptr) {
     end->got_fin = true;
+    if (end->release_on_fin && pcb->state == TIME_WAIT) {
+      tcp_arg(pcb, nullptr);
+      tcp_recv(pcb, nullptr);
+      tcp_err(pcb, nullptr);
+      end->pcb = nullptr;
+      EXPECT_FALSE(lwip_pcb::Release(pcb)) << "a TIME_WAIT pcb must outlive its callback";
+    }
     return ERR_OK;
   }
   if (end->close_in_recv) {
@@ -210,9 +220,9 @@ class LwipPcbTest : public ::testing::Test {
 
   static void Send(TcpEnd& end, const std::string& bytes) {
     ASSERT_NE(end.pcb, nullptr);
-    ASSERT_EQ(tcp_write(end.pcb, bytes.data(), static_cast<u16_t>(bytes.size()),
-                        TCP_WRITE_FLAG_COPY),
-              ERR_OK);
+    ASSERT_EQ(
+        tcp_write(end.pcb, bytes.data(), static_cast<u16_t>(bytes.size()), TCP_WRITE_FLAG_COPY),
+        ERR_OK);
     ASSERT_EQ(tcp_output(end.pcb), ERR_OK);
   }
 
@@ -237,10 +247,11 @@ class LwipPcbTest : public ::testing::Test {
       if (++wrong <= 5) {
         ADD_FAILURE() << "port " << c->client_port << ": server got " << c->server.received.size()
                       << "/" << c->c2s.size() << " bytes, client " << c->client.received.size()
-                      << "/" << c->s2c.size() << (c->server.received.size() == c->c2s.size() &&
-                                                          c->client.received.size() == c->s2c.size()
-                                                      ? " (content differs)"
-                                                      : "");
+                      << "/" << c->s2c.size()
+                      << (c->server.received.size() == c->c2s.size() &&
+                                  c->client.received.size() == c->s2c.size()
+                              ? " (content differs)"
+                              : "");
       }
     }
     EXPECT_EQ(wrong, 0u) << "connections whose bytes did not arrive intact";
@@ -342,10 +353,10 @@ TEST_F(LwipPcbTest, ThousandsOfConnectionsFindTheirPcbsInEveryCloseOrder) {
   size_t unexpected_end = 0;
   for (size_t i = 0; i < kConns; ++i) {
     const Conn& c = *conns[i];
-    const bool ok = order(i) == CloseOrder::kAbort
-                        ? c.client.error == ERR_ABRT && c.server.error == ERR_RST
-                        : c.client.got_fin && c.server.got_fin && !c.client.errored &&
-                              !c.server.errored;
+    const bool ok =
+        order(i) == CloseOrder::kAbort
+            ? c.client.error == ERR_ABRT && c.server.error == ERR_RST
+            : c.client.got_fin && c.server.got_fin && !c.client.errored && !c.server.errored;
     if (!ok && ++unexpected_end <= 5) {
       ADD_FAILURE() << "port " << c.client_port << " (order " << i % 4
                     << ") ended unexpectedly: client fin " << c.client.got_fin << " err "
@@ -445,6 +456,38 @@ TEST_F(LwipPcbTest, TimeWaitAndActivePcbOnTheSameTupleCoexist) {
 // (2) lwIP's own double unlink of the active list, when an application closes a connection
 // with unread data from inside its recv callback (tcp_close unlinks and sends RST, then
 // tcp_input's delayed close unlinks the same pcb again).
+// The relay hands a leg back (lwip_pcb::Release) from the recv callback that delivered the
+// peer's FIN, once the leg is in TIME_WAIT. lwIP must still send the ACK of that FIN, or the
+// peer sits in LAST_ACK and retransmits into a reset (what 45,000 relayed connections showed
+// when Release freed the pcb there). The pcb then goes at lwIP's next slow-timer tick, not
+// after 2 * MSL.
+TEST_F(LwipPcbTest, ReleasedTimeWaitLegStillAcknowledgesThePeersFin) {
+  uint64_t rsts = 0;
+  wire_.SetTap([&](const WirePacket& p) { rsts += (p.tcp.flags & TCP_RST) != 0; });
+  const std::vector<Conn*> conns = OpenMany(1, 41000);
+  ASSERT_EQ(conns.size(), 1u);
+  Conn& c = *conns[0];
+  c.server.release_on_fin = true;
+  // The server closes first (FIN_WAIT), the client follows: the server's leg reaches TIME_WAIT
+  // inside the callback that brings the client's FIN.
+  ASSERT_EQ(tcp_shutdown(c.server.pcb, 0, 1), ERR_OK);
+  wire_.Pump();
+  ASSERT_TRUE(c.client.got_fin);
+  Close(c.client);
+  wire_.Pump();
+  EXPECT_TRUE(c.server.got_fin);
+  EXPECT_EQ(c.server.pcb, nullptr) << "the server's leg did not reach TIME_WAIT";
+  const auto active = LwipWire::ActiveTuples();
+  EXPECT_EQ(std::count(active.begin(), active.end(), ClientTuple(c)), 0)
+      << "the client is still in LAST_ACK: its FIN was never acknowledged";
+  EXPECT_EQ(rsts, 0u);
+  const auto tw = LwipWire::TimeWaitTuples();
+  EXPECT_EQ(std::count(tw.begin(), tw.end(), ServerTuple(c)), 1);
+  wire_.AdvanceMs(TCP_SLOW_INTERVAL);  // one slow-timer tick
+  EXPECT_TRUE(LwipWire::TimeWaitTuples().empty()) << "the released leg waited out 2 * MSL";
+  EXPECT_EQ(PcbsInUse(), pcbs_before_);
+}
+
 TEST_F(LwipPcbTest, RemovingAPcbFromAListItIsNotOnChangesNothing) {
   const std::vector<Conn*> conns = OpenMany(64, 20000);
   ASSERT_EQ(conns.size(), 64u);
@@ -670,10 +713,11 @@ TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
   const size_t resident = ResidentBytesOf(pool);
   EXPECT_GE(resident + slack, target * pool.element);
   EXPECT_LE(resident, target * pool.element + slack);
-  std::printf("pcb %zu bytes, pool %zu bytes; at lwip_init: process %zu, pool %zu resident; "
-              "%zu pcbs carved: pool %zu resident, process grew %zu\n",
-              pool.element, pool.bytes, g_at_init.process_rss, g_at_init.pool_resident, target,
-              resident, grew);
+  std::printf(
+      "pcb %zu bytes, pool %zu bytes; at lwip_init: process %zu, pool %zu resident; "
+      "%zu pcbs carved: pool %zu resident, process grew %zu\n",
+      pool.element, pool.bytes, g_at_init.process_rss, g_at_init.pool_resident, target, resident,
+      grew);
 }
 
 }  // namespace
