@@ -429,8 +429,8 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
     tcp_pcb* pcb = leg.pcb;
     DetachCallbacks(pcb);
     leg.pcb = nullptr;
-    // A leg in TIME_WAIT is freed now rather than held 2 * MSL (lwip_pcb.h says what that gives
-    // up): at a sustained connection rate TIME_WAIT pcbs would fill the pool.
+    // A leg in TIME_WAIT leaves lwIP at its next slow-timer tick rather than after 2 * MSL
+    // (lwip_pcb.h says what that gives up): at a sustained rate TIME_WAIT pcbs would fill the pool.
     if (lwip_pcb::Release(pcb) && pcb == in_callback_) in_callback_aborted_ = true;
   }
   if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
