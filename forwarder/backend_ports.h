@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

@@ -18,8 +18,8 @@
 #include "forwarder/relay.h"
 #include "stack/lwip_netif.h"
 #include "stack/neighbor.h"
-#include "stack/os/clock.h"
-#include "stack/os/log.h"
+#include "os/clock.h"
+#include "os/log.h"
 #include "stack/worker.h"
 #include "stack/xsk_port.h"
 

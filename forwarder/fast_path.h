@@ -14,7 +14,7 @@
 #include "forwarder/backend_ports.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd {

@@ -12,7 +12,7 @@
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_loop.h"
 #include "forwarder/kernel_path_pump.h"
-#include "stack/os/log.h"
+#include "os/log.h"
 
 namespace xdpfwd {
 namespace {

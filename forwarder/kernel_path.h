@@ -16,7 +16,7 @@
 
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "stack/os/log.h"
+#include "os/log.h"
 
 namespace xdpfwd::kernel_path {
 namespace {

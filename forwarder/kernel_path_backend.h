@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "forwarder/kernel_path.h"
-#include "stack/os/result.h"
-#include "stack/os/unique_fd.h"
+#include "os/result.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::kernel_path {
 

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "stack/os/log.h"
+#include "os/log.h"
 
 namespace xdpfwd::kernel_path {
 

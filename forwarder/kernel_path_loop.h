@@ -13,8 +13,8 @@
 #include "forwarder/kernel_path.h"
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
-#include "stack/os/result.h"
-#include "stack/os/unique_fd.h"
+#include "os/result.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::kernel_path {
 

@@ -11,8 +11,8 @@
 
 #include "forwarder/kernel_path.h"
 #include "forwarder/relay_counters.h"
-#include "stack/os/result.h"
-#include "stack/os/unique_fd.h"
+#include "os/result.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::kernel_path {
 

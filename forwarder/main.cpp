@@ -11,7 +11,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/options.h"
-#include "stack/os/log.h"
+#include "os/log.h"
 
 namespace xdpfwd {
 namespace {

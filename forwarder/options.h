@@ -12,7 +12,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/rules.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "stack/lwip_pcb.h"
-#include "stack/os/clock.h"
-#include "stack/os/log.h"
+#include "os/clock.h"
+#include "os/log.h"
 
 extern "C" {
 #include "lwip/pbuf.h"

@@ -15,8 +15,8 @@
 
 #include "forwarder/backend_ports.h"
 #include "forwarder/relay_counters.h"
-#include "stack/os/endpoint.h"
-#include "stack/os/result.h"
+#include "os/endpoint.h"
+#include "os/result.h"
 #include "xdp/steer.h"
 
 struct tcp_pcb;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "stack/os/endpoint.h"
-#include "stack/os/result.h"
+#include "os/endpoint.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <initializer_list>
 
-#include "stack/os/clock.h"
+#include "os/clock.h"
 
 extern "C" {
 #include "lwip/netif.h"

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "stack/os/endpoint.h"
+#include "os/endpoint.h"
 
 extern "C" {
 #include "lwip/ip4.h"

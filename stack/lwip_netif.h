@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "stack/neighbor.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 #include "stack/xsk_port.h"
 
 struct netif;

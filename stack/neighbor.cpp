@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "stack/os/endpoint.h"
-#include "stack/os/unique_fd.h"
+#include "os/endpoint.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

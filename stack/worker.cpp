@@ -8,7 +8,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "stack/os/clock.h"
+#include "os/clock.h"
 
 extern "C" {
 #include "lwip/init.h"

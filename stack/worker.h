@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "stack/lwip_netif.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 

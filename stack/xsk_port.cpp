@@ -12,7 +12,7 @@
 #include <cstring>
 #include <thread>
 
-#include "stack/os/log.h"
+#include "os/log.h"
 
 namespace xdpfwd {
 

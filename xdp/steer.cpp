@@ -20,9 +20,9 @@
 #include <sstream>
 #include <vector>
 
-#include "stack/os/clock.h"
-#include "stack/os/log.h"
-#include "stack/os/unique_fd.h"
+#include "os/clock.h"
+#include "os/log.h"
+#include "os/unique_fd.h"
 #include "steer.skel.h"
 
 namespace xdpfwd {

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "stack/os/result.h"
+#include "os/result.h"
 #include "xdp/steer_shared.h"
 
 namespace xdpfwd {

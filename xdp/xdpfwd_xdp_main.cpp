@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "stack/os/endpoint.h"
-#include "stack/os/log.h"
+#include "os/endpoint.h"
+#include "os/log.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd {

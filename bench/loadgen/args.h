@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/loadgen/net.h"
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd::loadgen {
 

@@ -63,7 +63,7 @@ class ClientRun {
     }
     // A file or /dev/null cannot be polled; it counts as ended once all are established.
     stdin_pollable_ = o_.mode == Mode::kHold && Register(EPOLL_CTL_ADD, 0, kStdinTag, EPOLLIN);
-    begin_ns_ = NowNs();
+    begin_ns_ = MonotonicNs();
     if (o_.mode != Mode::kHold) {
       measure_from_ns_ = begin_ns_ + ToNs(o_.warmup);
       end_ns_ = measure_from_ns_ + ToNs(o_.seconds);
@@ -74,7 +74,7 @@ class ClientRun {
     epoll_event events[256];
     for (;;) {
       if (o_.mode == Mode::kHold) StepHold();
-      const uint64_t now = NowNs();
+      const uint64_t now = MonotonicNs();
       if (!draining_ && now >= end_ns_) {
         draining_ = true;
         quit_ns = now + ToNs(o_.timeout);
@@ -99,7 +99,7 @@ class ClientRun {
         }
       }
     }
-    stop_ns_ = std::min(NowNs(), end_ns_);
+    stop_ns_ = std::min(MonotonicNs(), end_ns_);
     return {};
   }
 
@@ -176,7 +176,7 @@ class ClientRun {
   void Start(size_t i) {
     Slot& s = slots_[i];
     s.retry = false;
-    s.started_ns = NowNs();
+    s.started_ns = MonotonicNs();
     s.deadline_ns = s.started_ns + ToNs(o_.timeout);
     const SockAddr* source =
         o_.sources.empty() ? nullptr : &o_.sources[next_source_++ % o_.sources.size()];
@@ -198,7 +198,7 @@ class ClientRun {
 
   void Connected(size_t i) {
     if (o_.mode == Mode::kHold) ++opened_;
-    BeginExchange(i, NowNs());
+    BeginExchange(i, MonotonicNs());
   }
 
   void OnEvent(size_t i, uint32_t events) {
@@ -284,7 +284,7 @@ class ClientRun {
 
   void OnResponse(size_t i) {
     Slot& s = slots_[i];
-    const uint64_t now = NowNs();
+    const uint64_t now = MonotonicNs();
     switch (o_.mode) {
       case Mode::kRequestResponse:
         Completed(now - s.started_ns, now);
@@ -326,7 +326,7 @@ class ClientRun {
     Slot& s = slots_[i];
     const ssize_t n = recv(s.fd.get(), scratch_.data(), kChunk, 0);
     if (n == 0) {
-      const uint64_t now = NowNs();
+      const uint64_t now = MonotonicNs();
       Completed(now - s.started_ns, now);
       ++completed_total_;
       Close(i);
@@ -409,7 +409,7 @@ class ClientRun {
       Start(next_held_++);
     }
     if ((next_held_ < slots_.size() && !gave_up_) || in_flight_ != 0) return;
-    established_ns_ = NowNs();
+    established_ns_ = MonotonicNs();
     Log("hold: " + std::to_string(completed_) + " of " + std::to_string(slots_.size()) +
         " connections established and proven" +
         (stdin_pollable_ && !stdin_ended_ ? "; holding until stdin ends" : ""));
@@ -430,7 +430,7 @@ class ClientRun {
 
   void BeginVerification() {
     verifying_ = true;
-    verify_started_ns_ = NowNs();
+    verify_started_ns_ = MonotonicNs();
     const uint64_t held = completed_ - dropped_;
     Log("hold: proving the " + std::to_string(held) + " held connections before closing them");
     StartMoreVerifications();
@@ -442,7 +442,7 @@ class ClientRun {
       if (slots_[i].phase != Phase::kHeld) continue;  // failed at open or dropped since
       slots_[i].closing = true;
       ++in_flight_;
-      BeginExchange(i, NowNs());
+      BeginExchange(i, MonotonicNs());
     }
     if (next_verify_ == slots_.size() && in_flight_ == 0) stop_ = true;
   }

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "stack/os/result.h"
-#include "stack/os/unique_fd.h"
+#include "os/result.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::loadgen {
 

@@ -44,12 +44,6 @@ uint64_t RaiseFileLimitToHard() {
   return lim.rlim_cur;
 }
 
-uint64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 Result<UniqueFd> StopSignalFd() {
   signal(SIGPIPE, SIG_IGN);
   sigset_t set;

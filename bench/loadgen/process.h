@@ -1,12 +1,13 @@
-// Process set-up shared by every mode: CPU pinning, the open-file limit, the monotonic clock and
-// SIGINT/SIGTERM delivered through a file descriptor an epoll loop can wait on.
+// Process set-up shared by every mode: CPU pinning, the open-file limit, and SIGINT/SIGTERM
+// delivered through a file descriptor an epoll loop can wait on.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "stack/os/result.h"
-#include "stack/os/unique_fd.h"
+#include "os/clock.h"
+#include "os/result.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::loadgen {
 
@@ -15,8 +16,6 @@ Result<void> PinToCpu(int cpu);
 Result<void> EnsureFileLimit(uint64_t needed);
 // Raises the soft RLIMIT_NOFILE to the hard one; the resulting soft limit.
 uint64_t RaiseFileLimitToHard();
-// CLOCK_MONOTONIC in nanoseconds.
-uint64_t NowNs();
 
 // Blocks SIGINT and SIGTERM and returns a signalfd that becomes readable when one arrives, so
 // the event loop stops between events rather than in the middle of one. Also ignores SIGPIPE.

@@ -50,7 +50,7 @@ class Server {
     for (;;) {
       int wait_ms = -1;
       if (accept_paused_until_ != 0) {
-        const uint64_t now = NowNs();
+        const uint64_t now = MonotonicNs();
         wait_ms = now >= accept_paused_until_
                       ? 0
                       : static_cast<int>((accept_paused_until_ - now) / 1'000'000 + 1);
@@ -66,7 +66,7 @@ class Server {
           Serve(fd);
         }
       }
-      if (accept_paused_until_ != 0 && NowNs() >= accept_paused_until_) ResumeAccept();
+      if (accept_paused_until_ != 0 && MonotonicNs() >= accept_paused_until_) ResumeAccept();
     }
   }
 
@@ -100,7 +100,7 @@ class Server {
         ++accept_errors_;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           Watch(EPOLL_CTL_MOD, listener_.get(), 0);
-          accept_paused_until_ = NowNs() + kAcceptPauseNs;
+          accept_paused_until_ = MonotonicNs() + kAcceptPauseNs;
         }
         return;
       }
@@ -201,7 +201,7 @@ class Server {
   std::vector<char> scratch_;
   std::vector<char> pattern_;
   std::vector<Connection> connections_;  // indexed by fd
-  uint64_t accept_paused_until_ = 0;     // NowNs() deadline, 0 when accepting
+  uint64_t accept_paused_until_ = 0;     // MonotonicNs() deadline, 0 when accepting
   uint64_t accepted_ = 0, exchanges_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   uint64_t accept_errors_ = 0, resets_ = 0, shorts_ = 0;
 };

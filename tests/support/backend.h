@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "stack/os/unique_fd.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::test {
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "stack/os/unique_fd.h"
+#include "os/unique_fd.h"
 #include "tests/support/child_process.h"
 
 namespace xdpfwd::test {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "stack/os/endpoint.h"
+#include "os/endpoint.h"
 
 namespace xdpfwd::test {
 
@@ -27,7 +27,7 @@ void RunInNamespace(const std::string& ns, const std::function<void()>& fn);
 bool WaitForTcpPort(const std::string& ns, const in_addr& addr, uint16_t port,
                     std::chrono::milliseconds timeout);
 
-using xdpfwd::ToString;  // stack/os/endpoint.h: dotted quad
+using xdpfwd::ToString;  // os/endpoint.h: dotted quad
 
 struct TopologyOptions {
   int mtu = 1500;

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "stack/os/unique_fd.h"
+#include "os/unique_fd.h"
 
 namespace xdpfwd::test {
 

@@ -7,7 +7,7 @@
 #include <charconv>
 #include <string>
 
-#include "stack/os/result.h"
+#include "os/result.h"
 
 namespace xdpfwd {
 
