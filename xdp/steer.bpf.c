@@ -158,6 +158,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 			       .end = (void *)(long)ctx->data_end};
 	struct steer_flow_key key = {};
 	struct steer_listener *listener;
+	struct steer_flow *existing;
 	struct steer_flow flow = {};
 	struct ethhdr *eth;
 	struct tcphdr *tcp;
@@ -198,7 +199,19 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	key.daddr = ip->daddr;
 	key.sport = tcp->source;
 	key.dport = tcp->dest;
-	if (bpf_map_lookup_elem(&steer_flows, &key)) {
+	existing = bpf_map_lookup_elem(&steer_flows, &key);
+	if (existing) {
+		/* A client that reuses its 4-tuple soon after a close finds
+		 * the old connection's lingering entry. Its bare SYN makes
+		 * the entry the new connection's: a removal scheduled for the
+		 * old one must not take it (userspace removes only entries
+		 * created before the close), and the reaper must see a
+		 * connection not yet accepted. */
+		if (existing->origin == STEER_FLOW_FROM_SYN && tcp->syn &&
+		    !tcp->ack && !tcp->rst) {
+			existing->created_ns = bpf_ktime_get_ns();
+			existing->flags = 0;
+		}
 		action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index,
 					  XDP_PASS);
 		if (action != XDP_REDIRECT)

@@ -114,6 +114,49 @@ TEST_F(SteerFixtureTest, SynToListenerInsertsFlowAndRedirects) {
   Expect(Syn(40000), XDP_REDIRECT, SteerReason::kRedirectFlow);
 }
 
+// A client that reuses its 4-tuple finds the old connection's lingering entry (accepted, created
+// long ago). Its bare SYN makes the entry the new connection's: created now, not accepted, so the
+// old connection's delayed removal (entries created before its close) leaves it and the stray
+// reaper can still take it. Data of a live flow changes nothing.
+TEST_F(SteerFixtureTest, SynOnALingeringFlowMakesItNew) {
+  BindSocket();
+  const FlowTuple tuple{Ip(kClient), Ip(kListen), 40010, kListenPort};
+  Expect(Syn(40010), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  ASSERT_TRUE(prog_->MarkAccepted(tuple, 0, 7));
+  const auto accepted = prog_->LookupFlow(tuple);
+  ASSERT_TRUE(accepted.has_value());
+  ASSERT_EQ(accepted->flags, STEER_FLOW_ACCEPTED);
+
+  Expect(Packet().Eth().IPv4(kClient, kListen).Tcp(40010, kListenPort, kAck).Build(),
+         XDP_REDIRECT, SteerReason::kRedirectFlow);
+  const auto after_ack = prog_->LookupFlow(tuple);
+  ASSERT_TRUE(after_ack.has_value());
+  EXPECT_EQ(after_ack->created_ns, accepted->created_ns);
+  EXPECT_EQ(after_ack->flags, STEER_FLOW_ACCEPTED);
+
+  Expect(Syn(40010), XDP_REDIRECT, SteerReason::kRedirectFlow);
+  const auto after_syn = prog_->LookupFlow(tuple);
+  ASSERT_TRUE(after_syn.has_value());
+  EXPECT_GT(after_syn->created_ns, accepted->created_ns);
+  EXPECT_EQ(after_syn->flags, 0u);
+  EXPECT_EQ(after_syn->origin, static_cast<uint32_t>(STEER_FLOW_FROM_SYN));
+  EXPECT_EQ(prog_->ReapStrayFlows(after_syn->created_ns + 1), 1u);
+}
+
+// A backend leg's entry is the worker's: a SYN on its tuple (not something a backend sends)
+// does not touch it.
+TEST_F(SteerFixtureTest, SynDoesNotTouchABackendLegsEntry) {
+  BindSocket();
+  const FlowTuple leg{Ip(kBackend), Ip(kLocal), 9001, 61010};
+  ASSERT_TRUE(prog_->AddFlow(leg, 0, 7));
+  const auto before = prog_->LookupFlow(leg);
+  ASSERT_TRUE(before.has_value());
+  Expect(Syn(9001, kLocal, 61010, kBackend), XDP_REDIRECT, SteerReason::kRedirectFlow);
+  const auto after = prog_->LookupFlow(leg);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->created_ns, before->created_ns);
+}
+
 TEST_F(SteerFixtureTest, DataOfKnownFlowRedirects) {
   BindSocket();
   Expect(Syn(40001), XDP_REDIRECT, SteerReason::kRedirectNewFlow);

@@ -1,0 +1,188 @@
+// What lwIP patch 0002 promises: the pcb pool holds more than 65535 pcbs, reuses freed ones
+// first, and costs resident memory only once used. Same binary as lwip_pcb_test.cpp (lwIP's
+// state is global to a process); the resident figures are taken before any test runs.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "stack/worker.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/stats.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd::test {
+namespace {
+
+mem_size_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
+
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+size_t ResidentBytesOfProcess() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * PageSize() : 0;
+}
+
+// The pcb pool's memory: [begin, begin + bytes).
+struct PoolSpan {
+  const uint8_t* begin;
+  size_t bytes;
+  size_t element;
+};
+
+PoolSpan PcbPool() {
+  const memp_desc* desc = memp_pools[MEMP_TCP_PCB];
+  // The array is MEMP_NUM_TCP_PCB elements whatever desc->num says (unpatched, a u16 that
+  // truncates it). MEMP_SIZE (the per-element header) is 0 without MEMP_OVERFLOW_CHECK.
+  return {static_cast<const uint8_t*>(LWIP_MEM_ALIGN(desc->base)),
+          size_t{MEMP_NUM_TCP_PCB} * desc->size, desc->size};
+}
+
+// Bytes of [span] the kernel has in memory (mincore: exact, unlike the process-wide RSS).
+size_t ResidentBytesOf(const PoolSpan& span) {
+  const size_t page = PageSize();
+  const uintptr_t first = reinterpret_cast<uintptr_t>(span.begin) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(span.begin) + span.bytes;
+  const size_t pages = (end - first + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  if (mincore(reinterpret_cast<void*>(first), pages * page, vec.data()) != 0) {
+    ADD_FAILURE() << "mincore failed";
+    return 0;
+  }
+  size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1u;
+  return resident * page;
+}
+
+// pcbs from tcp_new, returned to the pool however the test ends.
+struct PcbBatch {
+  std::vector<tcp_pcb*> pcbs;
+  ~PcbBatch() { Free(); }
+  void Free() {
+    for (tcp_pcb* p : pcbs) tcp_abort(p);  // CLOSED and on no list: freed, nothing sent
+    pcbs.clear();
+  }
+};
+
+class LwipPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { InitLwipOnce(); }
+};
+
+TEST_F(LwipPoolTest, PcbPoolHoldsMoreThan65535) {
+  static_assert(MEMP_NUM_TCP_PCB > 65535, "the pool this test exists for");
+  EXPECT_EQ(memp_pools[MEMP_TCP_PCB]->num, static_cast<uint32_t>(MEMP_NUM_TCP_PCB))
+      << "memp_desc.num truncated the pool size";
+  EXPECT_EQ(lwip_stats.memp[MEMP_TCP_PCB]->avail, static_cast<mem_size_t>(MEMP_NUM_TCP_PCB));
+
+  const mem_size_t before = PcbsInUse();
+  const uint32_t errors_before = lwip_stats.memp[MEMP_TCP_PCB]->err;
+  constexpr size_t kMany = 65536 + 4096;
+  PcbBatch batch;
+  batch.pcbs.reserve(kMany);
+  for (size_t i = 0; i < kMany; ++i) {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr) << "tcp_new failed after " << i << " pcbs";
+    batch.pcbs.push_back(pcb);
+  }
+  EXPECT_EQ(std::set<tcp_pcb*>(batch.pcbs.begin(), batch.pcbs.end()).size(), kMany);
+  EXPECT_EQ(PcbsInUse(), before + kMany);
+  batch.Free();
+  EXPECT_EQ(PcbsInUse(), before);
+  EXPECT_EQ(lwip_stats.memp[MEMP_TCP_PCB]->err, errors_before);
+}
+
+// Freed pcbs come back before any never-used element is carved, most recently freed first
+// (the hot ones, still in cache).
+TEST_F(LwipPoolTest, FreedPcbsAreReusedFirstLastInFirstOut) {
+  PcbBatch first, second;
+  for (int i = 0; i < 100; ++i) {
+    first.pcbs.push_back(tcp_new());
+    ASSERT_NE(first.pcbs.back(), nullptr);
+  }
+  const std::vector<tcp_pcb*> freed = first.pcbs;
+  first.Free();  // in allocation order
+  for (int i = 0; i < 100; ++i) {
+    second.pcbs.push_back(tcp_new());
+    ASSERT_NE(second.pcbs.back(), nullptr);
+  }
+  const std::vector<tcp_pcb*> want(freed.rbegin(), freed.rend());
+  EXPECT_EQ(second.pcbs, want);
+}
+
+// Resident memory right after lwip_init, taken before any test of this process runs (a
+// global test environment), so that it does not depend on which tests ran first.
+struct AtInit {
+  bool taken = false;
+  size_t process_rss = 0, pool_resident = 0;
+};
+AtInit g_at_init;
+
+class LwipInitEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    InitLwipOnce();
+    g_at_init = {true, ResidentBytesOfProcess(), ResidentBytesOf(PcbPool())};
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_lwip_init_environment =
+    ::testing::AddGlobalTestEnvironment(new LwipInitEnvironment);
+
+// The pool is ~80 MB of .bss with our lwipopts. Right after lwip_init none of it is resident;
+// later only elements handed out at least once are; and allocating 50,000 pcbs beyond the
+// high-water mark grows the process by about their size.
+TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
+  const PoolSpan pool = PcbPool();
+  ASSERT_GT(pool.bytes, size_t{60} << 20) << "expected the full-size pool of lwipopts.h";
+  const size_t page = PageSize();
+  // A pool's span can share its first and last pages with other variables, and the elements
+  // in use straddle one more page boundary.
+  const size_t slack = 3 * page;
+
+  ASSERT_TRUE(g_at_init.taken);
+  EXPECT_LE(g_at_init.pool_resident, slack)
+      << "pcb pool resident right after lwip_init: memp_init touched every element";
+  EXPECT_LT(g_at_init.process_rss, pool.bytes / 2)
+      << "the process held " << g_at_init.process_rss << " bytes right after lwip_init";
+
+  // Elements ever handed out: the pool's high-water mark (every carve raises it).
+  const size_t used_ever = lwip_stats.memp[MEMP_TCP_PCB]->max;
+  EXPECT_LE(ResidentBytesOf(pool), used_ever * pool.element + slack)
+      << "pool pages resident that no pcb ever used";
+
+  constexpr size_t kFresh = 50000;
+  const size_t target = used_ever + kFresh;  // so that kFresh elements are carved anew
+  const size_t rss_before = ResidentBytesOfProcess();
+  PcbBatch batch;
+  while (PcbsInUse() < target) {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr) << "tcp_new failed at " << PcbsInUse() << " pcbs in use";
+    batch.pcbs.push_back(pcb);
+  }
+  const size_t fresh_bytes = kFresh * pool.element;
+  const size_t grew = ResidentBytesOfProcess() - rss_before;
+  EXPECT_GE(grew, fresh_bytes * 9 / 10)
+      << "RSS grew by " << grew << " bytes for " << fresh_bytes << " bytes of new pcbs";
+  const size_t resident = ResidentBytesOf(pool);
+  EXPECT_GE(resident + slack, target * pool.element);
+  EXPECT_LE(resident, target * pool.element + slack);
+  std::printf(
+      "pcb %zu bytes, pool %zu bytes; at lwip_init: process %zu, pool %zu resident; "
+      "%zu pcbs carved: pool %zu resident, process grew %zu\n",
+      pool.element, pool.bytes, g_at_init.process_rss, g_at_init.pool_resident, target, resident,
+      grew);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test
