@@ -232,10 +232,19 @@ void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
 
 FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
+
 Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
+  if (config.limits.max_connections > LwipConnectionCapacity()) {
+    return Error{{}, "fast path: --max-connections " +
+                         std::to_string(config.limits.max_connections) + " is above the " +
+                         std::to_string(LwipConnectionCapacity()) +
+                         " connections lwIP's pcb pool holds (MEMP_NUM_TCP_PCB in "
+                         "stack/lwip/lwipopts.h)"};
+  }
   auto ephemeral = KernelEphemeralPorts();
   if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
   if (config.backend_ports.automatic()) {

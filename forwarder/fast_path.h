@@ -53,6 +53,8 @@ struct FastPathSnapshot {
 class FastPath {
  public:
   static Result<std::unique_ptr<FastPath>> Start(const FastPathConfig& config);
+  // The most connections it can hold (lwIP's pcb pool); the default --max-connections.
+  static uint32_t MaxConnections();
   ~FastPath();  // Stop()
   FastPath(const FastPath&) = delete;
   FastPath& operator=(const FastPath&) = delete;

@@ -52,6 +52,7 @@ int Run(const Options& o) {
     KernelPathConfig kc;
     kc.rules = o.rules;
     kc.limits = o.limits;
+    if (o.max_connections) kc.limits.max_connections = *o.max_connections;
     kc.threads = o.kernel_threads;
     kc.copy_buffer_bytes = o.kernel_buffer;
     kc.use_splice = !o.kernel_copy;
@@ -71,6 +72,7 @@ int Run(const Options& o) {
     FastPathConfig fc;
     fc.rules = fast_rules;
     fc.limits = o.limits;
+    fc.limits.max_connections = o.max_connections.value_or(FastPath::MaxConnections());
     fc.cpu = o.cpu;
     fc.listen_iface = o.listen_iface;
     fc.backend_iface = o.backend_iface;

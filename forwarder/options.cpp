@@ -50,21 +50,25 @@ const char* Usage() {
          "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
          "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
          "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
-         "  --max-connections N      per path; beyond it new clients are reset (default 16384)\n"
+         "  --max-connections N      per path; beyond it new clients are reset (default: fast\n"
+         "                           path 131072, its lwIP pcb pool; kernel path 16384)\n"
          "  --iface NAME             fast path: the client-side interface (default: the one with\n"
          "                           the listen address)\n"
          "  --backend-iface NAME     fast path: the backend-side interface (default: the route's)\n"
          "  --backend-ports LO-HI    fast path: local ports of backend legs (default: every port\n"
          "                           from 1024 outside net.ipv4.ip_local_port_range)\n"
          "  --flow-capacity N        fast path: client flows steered at once per interface; new\n"
-         "                           connections beyond it go to the kernel path (default 65536)\n"
+         "                           connections beyond it go to the kernel path (default 131072)\n"
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
          "  --backend-source ADDR[,ADDR...]\n"
-         "                           kernel path: bind backend legs to these local IPv4\n"
-         "                           addresses, in turn (default: the route's source); each\n"
-         "                           adds a local port range towards every backend\n"
+         "                           local IPv4 addresses of backend legs, used in turn\n"
+         "                           (default: the route's source); each adds a port range\n"
+         "                           towards every backend (about 36,000 ports with Linux's\n"
+         "                           defaults): more connections to one backend than that\n"
+         "                           need more addresses. Both paths; the fast path needs\n"
+         "                           them on the backend-side interface\n"
          "  --busy-poll              kernel path: threads never sleep (lower latency; each\n"
          "                           thread keeps a CPU 100% busy)\n"
          "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
@@ -187,7 +191,7 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       XDPFWD_VALUE(v);
       auto n = ParseNumber<uint32_t>(a, *v, 1, 1'000'000);
       if (!n) return n.error();
-      o.limits.max_connections = *n;
+      o.max_connections = *n;
     } else if (a == "--iface") {
       XDPFWD_VALUE(v);
       o.listen_iface = *v;

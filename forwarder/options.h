@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct Options {
   std::string listen_iface, backend_iface;
   PortRange backend_ports;
   uint32_t flow_capacity = 0;  // 0: the steering program's default
+  // --max-connections, for each path; unset: each path's own default (the fast path's lwIP pool,
+  // the kernel path's RelayLimits default, which its open-file limit has to allow).
+  std::optional<uint32_t> max_connections;
   bool force_generic = false;
   int stats_interval_s = 0;
   int verbosity = 0;

@@ -24,6 +24,8 @@ void InitLwipOnce() {
   std::call_once(once, [] { lwip_init(); });
 }
 
+uint32_t LwipConnectionCapacity() { return (MEMP_NUM_TCP_PCB - 1024) / 2; }
+
 bool Worker::RunOnce() {
   uint32_t received = 0;
   for (LwipNetif* n : netifs_) received += n->Poll(64);

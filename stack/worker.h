@@ -57,4 +57,8 @@ class Worker {
 // lwip_init() once per process (lwIP's state is global: one instance per process).
 void InitLwipOnce();
 
+// Relayed connections lwIP's pcb pool holds (two pcbs each, MEMP_NUM_TCP_PCB in lwipopts.h,
+// less a margin for legs released at the next slow tick).
+uint32_t LwipConnectionCapacity();
+
 }  // namespace xdpfwd

@@ -9,7 +9,8 @@
 #define STEER_PROG_NAME "xdpfwd_steer"
 #define STEER_MAX_QUEUES 64
 #define STEER_MAX_LISTENERS 1024
-#define STEER_DEFAULT_FLOW_CAPACITY 65536
+/* As many client flows as the fast path holds connections (FastPath::MaxConnections). */
+#define STEER_DEFAULT_FLOW_CAPACITY 131072
 
 /* A listener: destination address (0 = any address) and port of SYNs to take. */
 struct steer_listener_key {

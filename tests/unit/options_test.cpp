@@ -1,5 +1,5 @@
-// Command-line parsing: --backend-source (the list, its errors) and the sysctl text the kernel
-// path reads its local port range from.
+// Command-line parsing: --backend-source (the list, its errors), --max-connections per path,
+// and the sysctl text the kernel path reads its local port range from.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
@@ -91,6 +91,19 @@ TEST(BackendSourceOption, ErrorsNameTheOptionAndTheFault) {
 
 TEST(BackendSourceOption, UsageMentionsIt) {
   EXPECT_NE(std::string(Usage()).find("--backend-source ADDR[,ADDR...]"), std::string::npos);
+}
+
+// Unset, each path keeps its own default (the fast path's is its lwIP pool, far above what the
+// kernel path's open files allow); set, it applies to both.
+TEST(MaxConnectionsOption, UnsetLeavesEachPathItsDefault) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_FALSE(unset->max_connections.has_value());
+  EXPECT_GE(FastPath::MaxConnections(), 100'000u);
+  auto set = Parse({"--max-connections", "5000"});
+  ASSERT_TRUE(set) << set.error().message();
+  EXPECT_EQ(set->max_connections, 5000u);
+  EXPECT_NE(ErrorOf({"--max-connections", "0"}), "(parsed)");
 }
 
 TEST(LocalPorts, RangeLessReservedPorts) {
