@@ -6,8 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "stack/worker.h"
+
 extern "C" {
-#include "lwip/init.h"
 #include "lwip/ip4_addr.h"
 #include "lwip/memp.h"
 #include "lwip/netif.h"
@@ -40,7 +41,7 @@ err_t InitCaptureNetif(struct netif* netif) {
 
 class LwipTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { lwip_init(); }
+  static void SetUpTestSuite() { xdpfwd::InitLwipOnce(); }
 
   void SetUp() override {
     g_sent.clear();
@@ -54,13 +55,13 @@ class LwipTest : public ::testing::Test {
   }
   void TearDown() override { netif_remove(&netif_); }
 
-  static uint16_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
+  static mem_size_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
 
   struct netif netif_ {};
 };
 
 TEST_F(LwipTest, PcbPoolReturnsToStartCount) {
-  const uint16_t before = PcbsInUse();
+  const mem_size_t before = PcbsInUse();
   std::vector<tcp_pcb*> pcbs;
   for (int i = 0; i < 100; ++i) {
     tcp_pcb* pcb = tcp_new();
