@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/connection_ends.h"
 #include "tests/support/forwarder_process.h"
 #include "tests/support/lossy_counters.h"
 #include "tests/support/netns_topology.h"
@@ -249,9 +250,11 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
     return stats;
   }
 
-  // The counters once every connection has ended.
+  // The counters once every connection has ended, each in exactly one way.
   std::map<std::string, uint64_t> WaitUntilIdle(ForwarderProcess& fwd) {
-    return WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
+    auto stats = WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
+    ExpectEachEndedOnce(RelayFromStats(stats, fast() ? "fast." : "kernel."), "--path " + GetParam());
+    return stats;
   }
 
   // A raw connect from inside the client namespace (call within RunInNamespace): -1 with errno
