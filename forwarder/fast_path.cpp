@@ -339,8 +339,8 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
       return;
     }
     started.set_value(Result<void>());
-    auto r = p->worker->Run(p->stop, [p] {
-      const bool worked = p->relay->Tick(MonotonicMs());
+    auto r = p->worker->Run(p->stop, [p](uint64_t now_ns) {
+      const bool worked = p->relay->Tick(now_ns / 1'000'000u);
       if (p->snapshot_wanted.exchange(false, std::memory_order_relaxed)) p->Publish();
       return worked;
     });

@@ -80,7 +80,17 @@ extern "C" u32_t xdpfwd_random_u32(void) {
   return r;
 }
 
-extern "C" u32_t sys_now(void) { return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1'000'000u); }
+namespace {
+// Only the thread that owns lwIP reads or writes it (lwIP is single-threaded here).
+u32_t g_now_ms = 0;
+}  // namespace
+
+extern "C" void xdpfwd_lwip_set_now_ms(u32_t now_ms) { g_now_ms = now_ms; }
+
+extern "C" u32_t sys_now(void) {
+  if (g_now_ms != 0) return g_now_ms;
+  return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1'000'000u);
+}
 
 extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,
                                 const ip_addr_t* remote_ip, u16_t remote_port) {

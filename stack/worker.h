@@ -36,9 +36,10 @@ class Worker {
   void Add(LwipNetif* netif) { netifs_.push_back(netif); }
 
   // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
-  // runs once per iteration on this thread, for work that must touch lwIP; it returns whether
-  // it did any (for the busy figure).
-  Result<void> Run(const std::atomic<bool>& stop, const std::function<bool()>& each_iteration = {});
+  // runs once per iteration on this thread, for work that must touch lwIP, with the
+  // iteration's MonotonicNs(); it returns whether it did any (for the busy figure).
+  Result<void> Run(const std::atomic<bool>& stop,
+                   const std::function<bool(uint64_t now_ns)>& each_iteration = {});
   // One iteration: RX into lwIP, timers, TX flush. Returns whether it received a frame or ran
   // a timer.
   bool RunOnce();

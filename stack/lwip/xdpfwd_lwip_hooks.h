@@ -19,6 +19,11 @@ u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port, const ip_addr_
 /* 32 random bits from the kernel (getrandom): seeds lwIP's pcb hash. */
 u32_t xdpfwd_random_u32(void);
 
+/* The clock behind sys_now(), in ms. The worker sets it once per iteration so that lwIP's
+ * timer checks and the next-hop cache do not each read the clock; 0 (the default, and what the
+ * worker leaves behind) makes sys_now() read the clock itself. */
+void xdpfwd_lwip_set_now_ms(u32_t now_ms);
+
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
 

@@ -121,7 +121,7 @@ class WorkerThread {
     thread_ = std::thread([this, setup, each, &ready] {
       setup();
       ready.set_value();
-      EXPECT_TRUE(worker_.Run(stop_, [&each] {
+      EXPECT_TRUE(worker_.Run(stop_, [&each](uint64_t) {
         if (each) each();
         return false;
       }));
