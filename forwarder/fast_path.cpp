@@ -364,6 +364,8 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
          ")";
   }
   d += "; backend ports " + ToString(fp->impl_->backend_ports);
+  d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
+       std::to_string(config.steer.flow_capacity) + " client flows";
   fp->description_ = d;
   return fp;
 }
