@@ -1,14 +1,15 @@
 // The benchmark runner's smoke run (`bench/run --quick`), as CI runs it: it must finish, and
 // every configuration must have produced every number: throughput and latency, the connection
 // rate in both close orders with its failures and the forwarder's CPU (the fast path's worker
-// busy time), and idle connections all held and proven. Its own namespaces, interface names and
-// subnets, so it cannot meet another run's.
+// busy time), and idle connections all held and proven; every configuration on ports of its own.
+// Its own namespaces, interface names and subnets, so it cannot meet another run's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,15 +38,25 @@ std::vector<std::string> RowsFor(const std::string& table, const std::string& la
   return rows;
 }
 
+// A table row's last cell.
+std::string LastCell(const std::string& row) {
+  const size_t end = row.rfind(" |");
+  const size_t begin = end == std::string::npos ? end : row.rfind("| ", end - 1);
+  return begin == std::string::npos ? "" : row.substr(begin + 2, end - begin - 2);
+}
+
 TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
   const std::filesystem::path out =
       std::filesystem::temp_directory_path() / ("xdpfwd-bench-" + std::to_string(getpid()));
   std::filesystem::remove_all(out);
   const std::string prefix = "xq" + std::to_string(getpid() % 100000);
+  // Subnets of its own too: two runs (other worktrees) with the same addresses on two veths of
+  // the root namespace would route each other's packets. 198.18.100-199 is used by no other test.
+  const std::string net = std::to_string(100 + getpid() % 100);
   ChildProcess run({BENCH_RUNNER, "--quick", "--out", out.string(), "--prefix", prefix,
-                    "--client-net", "198.18.251", "--server-net", "198.19.251", "--xdpfwd",
-                    XDPFWD_BINARY, "--loadgen", LOADGEN_BINARY});
+                    "--client-net", "198.18." + net, "--server-net", "198.19." + net,
+                    "--xdpfwd", XDPFWD_BINARY, "--loadgen", LOADGEN_BINARY});
   const auto code = run.Wait(240s);
   ASSERT_TRUE(code.has_value()) << "bench/run --quick took over 4 minutes:\n" << run.output();
   EXPECT_EQ(*code, 0) << run.output();
@@ -57,6 +68,9 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
        {"\"verified_close\"", "\"connections_total\"", "\"rate_client\"", "\"us_per_conn\""}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " missing from results.json";
   }
+  // The rate tests' ports (listen -> server) of the configurations seen so far: what one
+  // configuration leaves in TIME_WAIT must not meet the next one's connections.
+  std::set<std::string> ports;
   // The labels bench/run prints; socat and HAProxy are installed by scripts/setup.
   for (const std::string label :
        {"direct kernel routing (no proxy)", "xdpfwd --path kernel", "xdpfwd --path xdp",
@@ -79,6 +93,9 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
                                          << rows[0] << "\n"
                                          << rows[1] << "\n"
                                          << rows[2];
+    const std::string own = LastCell(rows[1]);
+    EXPECT_NE(own.find(" / "), std::string::npos) << "no ports in the rate row: " << rows[1];
+    EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
     // The fast path's CPU per connection is its worker's busy time, never wall time.
     if (label == "xdpfwd --path xdp") {
       EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];

@@ -1,0 +1,423 @@
+"""bench/run's report: a run's results as Markdown tables (throughput and latency, connection
+rate per close order, idle connections), the targets (the fast path against the kernel path
+in the same run), the chart, and --publish into docs/benchmarks.md. No measuring here."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Forwarder counters a rate test reports beside the load generator's failures (xdpfwd's stats
+# line, before and after): connections the forwarder ended otherwise than cleanly, and SYNs the
+# fast path's steering program passed to the kernel. A load generator can see no failure while
+# these grow (a reset that answers the forwarder's FIN after the client closed), so both are shown.
+FORWARDER_COUNTERS = ("over_limit", "backend_refused", "backend_timeout", "backend_error",
+                      "backend_no_port", "idle_timeout", "client_reset", "backend_reset",
+                      "shutdown_reset", "pass_kernel_owns", "pass_flow_table_full")
+CLOSE_ORDERS = ("server", "client")
+CLOSE_LABEL = {"server": "server closes first", "client": "client closes first"}
+# The issue's scale for the fast path's memory target.
+IDLE_TARGET = 100_000
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def fmt_value(v):
+    if isinstance(v, dict) and "latency_us" in v:
+        lat = v["latency_us"]
+        rate = v.get("exchanges_per_sec", v.get("connections_per_sec", 0))
+        out = f"{rate:,.0f}/s, p50 {lat['p50']:.1f} µs, p99 {lat['p99']:.1f} µs, errors {v.get('errors')}"
+        load = v.get("forwarder")
+        if load:
+            out += f"; forwarder: {load_text(load)}"
+        if "forwarder_counters" in v:
+            out += f"; forwarder counters: {counters_text(v, with_completed=True) or 'none'}"
+        if "namespaces" in v:
+            out += "; " + "; ".join(
+                f"{side} namespace: " + ", ".join(
+                    ([f"TIME_WAIT overflow {c['tw_overflow']:,}", f"resets sent {c['resets_sent']:,}"]
+                     if "tw_overflow" in c else []) +
+                    ([f"TCP sockets after {c['sockets_after']}"] if "sockets_after" in c else []))
+                for side, c in v["namespaces"].items())
+        return out
+    if isinstance(v, dict) and "held" in v:
+        return (f"held {v['held']:,} of {v['requested']:,} (opened {v['opened']:,}, proven at "
+                f"open {v['verified_open']:,}, at close {v['verified_close']:,}, dropped "
+                f"{v['dropped']:,}, not attempted {v['not_attempted']:,}; errors {v['errors']}, "
+                f"at close {v['errors_at_close']}); {v['processes']} hold process(es), "
+                f"PSS {v['pss_kib'] / 1024:,.1f} MiB")
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    return str(v)
+
+
+def counters_text(v, with_completed=False):
+    """The forwarder counters of FORWARDER_COUNTERS that moved in a rate test ("" if none)."""
+    c = v.get("forwarder_counters") or {}
+    keys = (("completed",) if with_completed else ()) + FORWARDER_COUNTERS
+    return ", ".join(f"{k} {c[k]:,}" for k in keys if c.get(k))
+
+
+def tw_overflow_text(v):
+    """TIME_WAIT sockets each namespace could not keep in a rate test."""
+    ns = v.get("namespaces") or {}
+    return ", ".join(f"{side} {c['tw_overflow']:,}" for side, c in ns.items() if c.get("tw_overflow"))
+
+
+def load_text(load):
+    if load.get("error"):
+        return f"not measured ({load['error']})"
+    per = load.get("us_per_conn")
+    return (f"{'—' if per is None else f'{per:,.1f}'} µs {load['kind']}/connection, "
+            f"{load['kind']} {load['percent']:.0f}%")
+
+
+# --- the report --------------------------------------------------------------------------------
+
+def cell(v, digits=1):
+    return "—" if v is None else f"{v:,.{digits}f}"
+
+
+def lat(r, key, p):
+    return r.get(key, {}).get("latency_us", {}).get(p)
+
+
+def rate_of(r, key):
+    v = r.get(key, {})
+    return v.get("exchanges_per_sec", v.get("connections_per_sec"))
+
+
+def failed_of(r, key):
+    """Failed connections of a rate run (None when it did not run), and the kinds."""
+    v = r.get(key)
+    if not v or "errors" not in v:
+        return None, {}
+    kinds = {k: n for k, n in v["errors"].items() if n}
+    return sum(kinds.values()), kinds
+
+
+def failed_cell(r, key):
+    n, kinds = failed_of(r, key)
+    if n is None:
+        return "—"
+    if n == 0:
+        return "0"
+    return f"**{n:,}** ({', '.join(f'{k} {c:,}' for k, c in kinds.items())})"
+
+
+def load_of(r, key):
+    """The forwarder's µs per connection in a rate run, its kind and load %; or why not."""
+    load = r.get(key, {}).get("forwarder")
+    if not load:
+        return None
+    return load
+
+
+def load_cell(r, key):
+    load = load_of(r, key)
+    if load is None:
+        return "—"
+    if load.get("error"):
+        return "**not measured**"
+    per = load.get("us_per_conn")
+    if per is None:
+        return "—"
+    return f"{per:,.1f} {load['kind']} ({load['kind']} {load['percent']:.0f}%)"
+
+
+def ports_cell(r):
+    """"9012→7012 / 9013→7013": the rate tests' ports, listen → server (direct: the server's)."""
+    p = r.get("ports")
+    if not p:
+        return "—"
+    return " / ".join(str(p["server"][k]) if p["listen"] is None else
+                      f"{p['listen'][k]}→{p['server'][k]}" for k in ("rate_server", "rate_client"))
+
+
+def idle_ok(r):
+    i = r.get("idle")
+    return bool(i) and i["held"] == i["requested"]
+
+
+def idle_held_cell(r):
+    i = r.get("idle")
+    if not i:
+        return "**FAILED**" if "idle" in r.get("errors", {}) else "—"
+    if i["held"] == i["requested"]:
+        return f"{i['held']:,}"
+    why = [f"{k} {n:,}" for k, n in i["errors"].items() if n]
+    why += [f"{k} {n:,} at close" for k, n in i["errors_at_close"].items() if n]
+    if i["dropped"]:
+        why.append(f"dropped while held {i['dropped']:,}")
+    if i["not_attempted"]:
+        why.append(f"not attempted {i['not_attempted']:,}")
+    return (f"**FAILED: {i['held']:,} of {i['requested']:,} held**" +
+            (f" ({', '.join(why)})" if why else ""))
+
+
+def idle_mem_cell(name, r):
+    i = r.get("idle")
+    if name == "direct":
+        base = r.get("idle_kernel_kib_per_conn")
+        return "—" if base is None else f"baseline: {base:,.2f} kernel"
+    total = r.get("idle_kib_per_conn")
+    if total is None:
+        return "not measured" if i else "—"
+    return f"{total:,.2f} ({r['idle_process_kib_per_conn']:,.2f} + {r['idle_kernel_kib_per_conn']:,.2f})"
+
+
+def markdown(results, configs, meta):
+    out = [f"Run {meta['date']} on {meta['kernel']}, {meta['cpus']} CPUs; forwarder on CPU "
+           f"{meta['fwd_cpu']}, load generators on CPU {meta['gen_cpu']}; {meta['seconds']} s per "
+           f"measurement, {meta['rate_seconds']} s per connection-rate order. Command: "
+           f"`{meta['command']}`", ""]
+    for mtu, by_cfg in results.items():
+        shown = [c for c in configs if c.name in by_cfg]
+        out += [f"### MTU {mtu}", "",
+                "| configuration | iperf3 -P 1 Gbit/s | iperf3 -P 8 Gbit/s | forwarder CPU s/GiB | "
+                "syscalls/MiB | rr 1 conn p50 / p99 / p99.9 µs | rr 64 conns k exchanges/s, p50 / p99 µs |",
+                "|---|---|---|---|---|---|---|"]
+        for c in shown:
+            r = by_cfg[c.name]
+            rr64 = rate_of(r, "rr64")
+            out.append(
+                f"| {c.label} | {cell(r.get('gbps_p1'), 2)} | {cell(r.get('gbps_p8'), 2)} | "
+                f"{cell(r.get('cpu_s_per_gib'), 2)} | {cell(r.get('syscalls_per_mib'))} | "
+                f"{cell(lat(r, 'rr1', 'p50'))} / {cell(lat(r, 'rr1', 'p99'))} / {cell(lat(r, 'rr1', 'p999'))} | "
+                f"{cell(rr64 / 1000 if rr64 else None)}, {cell(lat(r, 'rr64', 'p50'))} / {cell(lat(r, 'rr64', 'p99'))} |")
+        out += ["", f"Connection rate, MTU {mtu}: {meta['rate_concurrency']} connections at a "
+                f"time, {meta['rate_seconds']} s per close order, one 32-byte exchange each. "
+                "Forwarder µs/connection: CPU time of its processes, or for the fast path its "
+                "worker's busy time (it busy-polls a whole core whatever the load); in brackets "
+                "that time as a share of the test's wall time. Each configuration has ports of "
+                "its own (listen → server; direct routing: the server's), so what one leaves "
+                "in TIME_WAIT cannot reach another.", "",
+                "| configuration | server closes first: connections/s, p50 / p99 µs | failed "
+                "connections | forwarder µs/connection | client closes first: connections/s, "
+                "p50 / p99 µs | failed connections | forwarder µs/connection | ports, server "
+                "first / client first |",
+                "|---|---|---|---|---|---|---|---|"]
+        for c in shown:
+            r = by_cfg[c.name]
+            cells = []
+            for order in CLOSE_ORDERS:
+                key = f"rate_{order}"
+                cells += [f"{cell(rate_of(r, key), 0)}, {cell(lat(r, key, 'p50'))} / {cell(lat(r, key, 'p99'))}",
+                          failed_cell(r, key), load_cell(r, key)]
+            cells.append(ports_cell(r))
+            out.append(f"| {c.label} | " + " | ".join(cells) + " |")
+        out += ["", f"Idle connections, MTU {mtu}: each proven by a 32-byte exchange when opened "
+                "and again before closing; memory per connection = the forwarder's PSS growth + "
+                "the kernel memory it added beyond direct routing's (client and server sockets), "
+                "over the connections held. The socket forwarders need two open files per "
+                f"connection and this machine's hard limit ({meta['nofile']:,}) caps them; the "
+                "fast path holds no file descriptor per connection.", "",
+                "| configuration | asked | held | KiB per connection (process + kernel) | "
+                "forwarder PSS while holding, MiB |",
+                "|---|---|---|---|---|"]
+        for c in shown:
+            r = by_cfg[c.name]
+            i = r.get("idle")
+            asked = meta["idle_asked"].get(c.name)
+            note = meta["idle_notes"].get(c.name)
+            asked_cell = "—" if asked is None else f"{asked:,}" + (f" ({note})" if note else "")
+            pss = None if not i or c.name == "direct" else i["pss_kib"] / 1024
+            out.append(f"| {c.label} | {asked_cell} | {idle_held_cell(r)} | "
+                       f"{idle_mem_cell(c.name, r)} | {cell(pss)} |")
+        failures = [(c, k, e) for c in shown for k, e in by_cfg[c.name].get("errors", {}).items()]
+        if failures:
+            out += ["", "**Failed measurements:** " + "; ".join(f"{c.name} {k}: {e}" for c, k, e in failures)]
+        dropped = []
+        for c in shown:
+            for order in CLOSE_ORDERS:
+                n, kinds = failed_of(by_cfg[c.name], f"rate_{order}")
+                if n:
+                    dropped.append(f"{c.label}, {CLOSE_LABEL[order]}: {n:,}")
+        if dropped:
+            out += ["", "**Failed connections in the rate tests:** " + "; ".join(dropped)]
+        counted, overflow = [], []
+        for c in shown:
+            for order in CLOSE_ORDERS:
+                v = by_cfg[c.name].get(f"rate_{order}") or {}
+                if counters_text(v):
+                    counted.append(f"{c.label}, {CLOSE_LABEL[order]}: {counters_text(v)}")
+                if tw_overflow_text(v):
+                    overflow.append(f"{c.label}, {CLOSE_LABEL[order]}: {tw_overflow_text(v)}")
+        if counted:
+            out += ["", "Forwarder counters that moved in the rate tests (connections it ended "
+                    "otherwise than cleanly, SYNs it passed to the kernel; the load generator "
+                    "may have seen none of it): " + "; ".join(counted)]
+        if overflow:
+            out += ["", "TIME_WAIT sockets a namespace could not keep (client, server, root: the "
+                    "forwarder's, shared with the rest of the machine) "
+                    "(`TCPTimeWaitOverflow`, tcp_max_tw_buckets reached): a socket that closed "
+                    "first and overflows in FIN_WAIT2 (its FIN acknowledged, the forwarder's not "
+                    "yet sent) is freed at once, and the forwarder's FIN that follows is answered "
+                    "with a reset, which the forwarder counts (client_reset, backend_reset) "
+                    "although the load generator saw the connection complete: " +
+                    "; ".join(overflow)]
+        out.append("")
+    if meta.get("notes"):
+        out += ["Notes: " + " ".join(meta["notes"]), ""]
+    targets = target_rows(results)
+    if targets:
+        out += ["### Targets: the fast path against the kernel path, same run", "",
+                "| MTU | target | measured | |", "|---|---|---|---|"]
+        out += [f"| {m} | {t} | {v} | {STATUS[ok]} |" for m, t, v, ok in targets]
+        out.append("")
+    return "\n".join(out)
+
+
+STATUS = {True: "met", False: "**missed**", None: "**not measured**"}
+
+
+def derive(results):
+    """Memory per idle connection of each forwarder that held every connection asked: its own
+    PSS growth plus the kernel memory it added beyond what direct routing (client and server
+    sockets only) adds for as many connections, over the connections held."""
+    for by in results.values():
+        d = by.get("direct", {})
+        base = None
+        if idle_ok(d):
+            base = d["idle"]["kernel_kib"] / d["idle"]["held"]
+            d["idle_kernel_kib_per_conn"] = base
+        for name, r in by.items():
+            if name == "direct" or not idle_ok(r):
+                continue
+            i = r["idle"]
+            kernel = i["kernel_kib"] - (base * i["held"] if base is not None else 0)
+            r["idle_process_kib_per_conn"] = max(0.0, i["process_kib"]) / i["held"]
+            r["idle_kernel_kib_per_conn"] = max(0.0, kernel) / i["held"]
+            r["idle_kib_per_conn"] = r["idle_process_kib_per_conn"] + r["idle_kernel_kib_per_conn"]
+            r["idle_baseline_subtracted"] = base is not None
+
+
+def target_rows(results):
+    """(MTU, target, measured, met): met is True, False, or None when it was not measured."""
+    rows = []
+    for mtu, by in results.items():
+        x, k, d = by.get("xdpfwd-xdp"), by.get("xdpfwd-kernel"), by.get("direct")
+        if not x or not k:
+            continue
+        big = int(mtu) > 1500
+
+        def ratio(row, a, b, goal, higher=True):
+            if a is None or b is None or b == 0:
+                rows.append((mtu, row, "not measured", None))
+                return
+            v = a / b
+            rows.append((mtu, row, f"{v:.2f}×", v >= goal if higher else v <= goal))
+
+        goal = 1.5 if big else 1.0
+        ratio(f"iperf3 -P 1 ≥ {goal}× kernel path", x.get("gbps_p1"), k.get("gbps_p1"), goal)
+        ratio(f"iperf3 -P 8 ≥ {goal}× kernel path", x.get("gbps_p8"), k.get("gbps_p8"), goal)
+        for order in CLOSE_ORDERS:
+            key, when = f"rate_{order}", CLOSE_LABEL[order]
+            fx, fk = failed_of(x, key)[0], failed_of(k, key)[0]
+            if fx is None or fk is None:
+                rows.append((mtu, f"zero failed connections on both paths, {when}", "not measured", None))
+            else:
+                rows.append((mtu, f"zero failed connections on both paths, {when}",
+                             f"fast path {fx:,}, kernel path {fk:,}", fx == 0 and fk == 0))
+            ratio(f"connections/s ≥ 1.5× kernel path, {when}", rate_of(x, key), rate_of(k, key), 1.5)
+            lx, lk = load_of(x, key), load_of(k, key)
+            row = f"forwarder CPU per connection ≤ 1/3 of the kernel path's, {when}"
+            if not lx or not lk or lx.get("error") or lk.get("error") or \
+                    lx.get("us_per_conn") is None or not lk.get("us_per_conn"):
+                why = (lx or {}).get("error") and "fast path's busy time not measured"
+                rows.append((mtu, row, why or "not measured", None))
+            else:
+                v = lx["us_per_conn"] / lk["us_per_conn"]
+                rows.append((mtu, row, f"{lx['us_per_conn']:,.1f} {lx['kind']} vs "
+                             f"{lk['us_per_conn']:,.1f} {lk['kind']} µs = {v:.2f}", v <= 1 / 3))
+        if d:
+            for p in ("p50", "p99"):
+                dx, dk, dd = lat(x, "rr1", p), lat(k, "rr1", p), lat(d, "rr1", p)
+                if None not in (dx, dk, dd) and dk > dd:
+                    v = (dx - dd) / (dk - dd)
+                    rows.append((mtu, f"added latency {p} ≤ 1/3 of the kernel path's",
+                                 f"+{dx - dd:.1f} vs +{dk - dd:.1f} µs = {v:.2f}", v <= 1 / 3))
+        sx, sk = x.get("syscalls_per_mib"), k.get("syscalls_per_mib")
+        goal = 10 if big else 4
+        if sx is not None and sk is not None:
+            v = sk / sx if sx else float("inf")
+            rows.append((mtu, f"≥ {goal}× fewer syscalls/MiB", f"{sx:.1f} vs {sk:.1f} = {v:.2f}×", v >= goal))
+        row = f"≤ 2 KiB per idle connection (process + kernel) at ≥ {IDLE_TARGET:,} held"
+        i, m = x.get("idle"), x.get("idle_kib_per_conn")
+        if not i:
+            rows.append((mtu, row, "not measured", None))
+        elif not idle_ok(x):
+            rows.append((mtu, row, f"FAILED: {i['held']:,} of {i['requested']:,} held", None))
+        elif i["held"] < IDLE_TARGET:
+            rows.append((mtu, row, f"{m:.2f} KiB, but at {i['held']:,} held", None))
+        else:
+            rows.append((mtu, row, f"{m:.2f} KiB at {i['held']:,}", m <= 2))
+    return rows
+
+
+def chart(results, configs, outdir):
+    """A PNG with throughput, latency and connection rate per configuration (gnuplot)."""
+    if shutil.which("gnuplot") is None:
+        log("gnuplot not installed: no chart")
+        return None
+    data = os.path.join(outdir, "chart.dat")
+    mtus = list(results)
+    with open(data, "w") as f:
+        f.write("# config " + " ".join(f"p1_{m} p8_{m} lat50_{m} lat99_{m} rate_server_{m} "
+                                       f"rate_client_{m}" for m in mtus) + "\n")
+        for c in configs:
+            vals = []
+            for m in mtus:
+                r = results[m].get(c.name, {})
+                vals += [r.get("gbps_p1"), r.get("gbps_p8"), lat(r, "rr1", "p50"), lat(r, "rr1", "p99")]
+                vals += [rate_of(r, f"rate_{o}") / 1000 if rate_of(r, f"rate_{o}") else None
+                         for o in CLOSE_ORDERS]
+            f.write(f'"{c.name}" ' + " ".join("NaN" if v is None else f"{v:.3f}" for v in vals) + "\n")
+    png = os.path.join(outdir, "chart.png")
+    plots = []
+    for title, offs, ylabel in (("throughput (iperf3)", (0, 1), "Gbit/s"),
+                                ("request/response latency, 32 B, 1 connection", (2, 3), "µs"),
+                                ("connection rate", (4, 5), "k connections/s")):
+        cols = []
+        for i, m in enumerate(mtus):
+            for o in offs:
+                name = ["-P 1", "-P 8", "p50", "p99", "server closes", "client closes"][o]
+                cols.append(f"'{data}' using {2 + i * 6 + o}:xtic(1) title 'MTU {m} {name}'")
+        plots.append(f"set title '{title}'\nset ylabel '{ylabel}'\nplot " + ", ".join(cols))
+    script = (f"set terminal pngcairo size 1400,{420 * 3} noenhanced font ',10'\n"
+              f"set output '{png}'\nset multiplot layout 3,1\nset style data histograms\n"
+              "set style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+              "set key outside right top\nset grid ytics\nset yrange [0:*]\n"
+              f"set xrange [-0.6:{len(configs) - 0.4}]\n" + "\n".join(plots) +
+              "\nunset multiplot\n")
+    path = os.path.join(outdir, "chart.gp")
+    with open(path, "w") as f:
+        f.write(script)
+    p = subprocess.run(["gnuplot", path], capture_output=True, text=True)
+    if p.returncode != 0:
+        log(f"gnuplot failed: {p.stderr.strip()[-400:]}")
+        return None
+    return png
+
+
+def publish(table, png, meta):
+    """Replaces the results section of docs/benchmarks.md and copies the chart beside it."""
+    doc = os.path.join(TOP, "docs", "benchmarks.md")
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    with open(doc) as f:
+        text = f.read()
+    if begin not in text or end not in text:
+        raise RuntimeError(f"{doc} has no {begin} ... {end} section")
+    chart_md = ""
+    if png:
+        shutil.copy(png, os.path.join(TOP, "docs", "benchmarks.png"))
+        chart_md = "\n![throughput, latency and connection rate per configuration](benchmarks.png)\n"
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(doc, "w") as f:
+        f.write(f"{head}{begin}\n{table}{chart_md}\n{end}{tail}")
+    log(f"updated {doc}")
