@@ -1,7 +1,8 @@
 // What our lwIP patches promise for TCP, shown over two netifs wired in memory. 0001: every
 // segment reaches its pcb through the 4-tuple hash, however thousands of connections close,
 // TIME_WAIT pcbs included, and unlinking is O(1) without reordering anything. 0003: delayed ACKs
-// still go out. 0004: a new SYN reopens a tuple in TIME_WAIT. (0002: lwip_pool_test.cpp.)
+// still go out. 0004: a new SYN reopens a tuple in TIME_WAIT. 0010: a passive close's FIN
+// is acknowledged by our own FIN. (0002: lwip_pool_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -524,6 +525,53 @@ TEST_F(LwipPcbTest, NewSynReopensATimeWaitTuple) {
 }
 
 
+
+// Patch 0010. A peer's FIN that starts our passive close is not acknowledged in a bare segment
+// at once: our own FIN, sent when the application closes, carries the ACK (one packet less, and
+// the peer goes from FIN_WAIT1 straight to TIME_WAIT: a peer whose TIME_WAIT table is full no
+// longer answers our FIN with a reset). Left alone, the ACK still goes out within a fast tick.
+TEST_F(LwipPcbTest, PassiveCloseAcknowledgesTheFinWithItsOwn) {
+  uint64_t bare_acks_from_b = 0, fins_from_b = 0, rsts = 0;
+  wire_.SetTap([&](const WirePacket& p) {
+    rsts += (p.tcp.flags & TCP_RST) != 0;
+    if (p.from != wire_.b()) return;
+    fins_from_b += (p.tcp.flags & TCP_FIN) != 0;
+    bare_acks_from_b += p.tcp.flags == TCP_ACK && p.tcp.payload_len == 0;
+  });
+  const std::vector<Conn*> conns = OpenMany(2, 43000);
+  ASSERT_EQ(conns.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(Exchange(conns, 7));
+
+  // 1. The server closes right after the client's FIN: one FIN+ACK, no bare ACK before it.
+  Conn& c = *conns[0];
+  bare_acks_from_b = fins_from_b = 0;
+  Close(c.client);
+  wire_.Pump();
+  ASSERT_TRUE(c.server.got_fin);
+  EXPECT_EQ(bare_acks_from_b, 0u) << "the FIN was acknowledged in a segment of its own";
+  Close(c.server);
+  wire_.Pump();
+  EXPECT_EQ(fins_from_b, 1u);
+  EXPECT_EQ(bare_acks_from_b, 0u);
+  const auto tw = LwipWire::TimeWaitTuples();
+  EXPECT_EQ(std::count(tw.begin(), tw.end(), ClientTuple(c)), 1) << "the client is not in TIME_WAIT";
+  const auto active = LwipWire::ActiveTuples();
+  EXPECT_EQ(std::count(active.begin(), active.end(), ServerTuple(c)), 0)
+      << "the server's leg is still waiting for the ACK of its FIN";
+
+  // 2. The server does not close: the delayed ACK goes out at the next fast tick.
+  Conn& d = *conns[1];
+  bare_acks_from_b = 0;
+  Close(d.client);
+  wire_.Pump();
+  ASSERT_TRUE(d.server.got_fin);
+  EXPECT_EQ(bare_acks_from_b, 0u);
+  wire_.Tick(1);
+  EXPECT_EQ(bare_acks_from_b, 1u) << "the FIN was never acknowledged";
+  Close(d.server);
+  wire_.Pump();
+  EXPECT_EQ(rsts, 0u);
+}
 // Removing a pcb from a list it is not on leaves every list as it was: (1) tcp_close and
 // tcp_abort of a never-connected pcb whose local port was set directly (SetLocalEndpoint), and
 // (2) lwIP's own double unlink of the active list, when an application closes a connection
