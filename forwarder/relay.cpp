@@ -90,9 +90,7 @@ struct Relay::Connection {
   Connection* next = nullptr;
   uint64_t started_ms = 0;
   uint64_t last_active_ms = 0;
-  FlowTuple client_flow{}, backend_flow{};
-  BackendPorts* ports = nullptr;
-  BackendPorts::Lease lease{};
+  FlowBooking flows;  // the ledger's entries and port for this connection
   bool finished = false;
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
@@ -228,7 +226,9 @@ struct Relay::Callbacks {
   }
 };
 
-Relay::Relay(const RelayConfig& config) : config_(config) {}
+Relay::Relay(const RelayConfig& config)
+    : config_(config),
+      ledger_(FlowLedgerConfig{config.backend_ports, config.queue, config.flow_linger_ms}) {}
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));
@@ -270,19 +270,13 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   if (live_ >= config_.limits.max_connections) {
     RelayCounters::Add(counters_.over_limit);
     tcp_abort(pcb);  // RST: the client learns at once
-    removals_.push_back(PendingRemoval{now_ms_ + config_.flow_linger_ms,
-                                       listener.rule->client_side,
-                                       client_flow,
-                                       nullptr,
-                                       {},
-                                       MonotonicNs()});
+    ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
   }
   auto* c = new Connection();
   c->relay = this;
   c->rule = listener.rule;
   c->started_ms = c->last_active_ms = now_ms_;
-  c->client_flow = client_flow;
   c->client.conn = c->backend.conn = c;
   c->client.is_client = true;
   c->client.connected = true;
@@ -294,13 +288,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   RelayCounters::Add(counters_.accepted);
   RelayCounters::Add(counters_.active);
 
-  // Taken: the stray-flow reaper must leave this client flow alone. Should the entry be gone
-  // (reaped after a handshake slower than the reaper's age), it is put back, or the client's
-  // next packets would reach the kernel.
-  SteerProgram& client_side = *listener.rule->client_side;
-  if (!client_side.MarkAccepted(client_flow, config_.queue, listener.rule->id)) {
-    (void)client_side.AddFlow(client_flow, config_.queue, listener.rule->id);
-  }
+  c->flows = ledger_.Accept(*listener.rule, client_flow);
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
   tcp_sent(pcb, Callbacks::Sent);
@@ -310,44 +298,24 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   return scope.result();
 }
 
-BackendPorts& Relay::PortsFor(in_addr source, const Endpoint& backend) {
-  auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
-  if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
-  return *slot;
-}
-
 // nullptr when the backend leg is on its way, else the counter saying why it is not.
 std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
   const RelayRule& rule = *c.rule;
-  // Sources in turn; a source whose ports toward this backend are all held is skipped.
-  BackendPorts* found = nullptr;
-  std::optional<BackendPorts::Lease> lease;
-  in_addr source{};
-  for (size_t tried = 0; tried < rule.backend_sources.size() && !lease; ++tried) {
-    source = rule.backend_sources[next_source_++ % rule.backend_sources.size()];
-    found = &PortsFor(source, rule.backend);
-    lease = found->Acquire();
-  }
-  if (!lease) return &counters_.backend_no_port;
-  BackendPorts& ports = *found;
+  if (!ledger_.LeaseBackendPort(c.flows)) return &counters_.backend_no_port;
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) {
-    ports.Release(lease->port);
+    ledger_.ReleaseBackendPort(c.flows);
     return &counters_.backend_error;
   }
-  // The local port comes from our allocator, so lwIP's bind (which walks every pcb to check
-  // for a conflict) is skipped: the 4-tuple is unique by construction.
-  lwip_pcb::SetLocalEndpoint(pcb, source, lease->port);
-  c.backend_flow = FlowTuple{rule.backend.addr, source, rule.backend.port, lease->port};
+  // The local port comes from the ledger, so lwIP's bind (which walks every pcb to check for a
+  // conflict) is skipped: the 4-tuple is unique by construction.
+  lwip_pcb::SetLocalEndpoint(pcb, c.flows.backend_flow.daddr, c.flows.backend_flow.dport);
   // The flow entry must exist before the SYN leaves, or the SYN-ACK reaches the kernel, which
   // knows no such connection and resets it.
-  if (!rule.backend_side->AddFlow(c.backend_flow, 0, rule.id)) {
+  if (!ledger_.AddBackendFlow(c.flows)) {
     tcp_close(pcb);
-    ports.Release(lease->port);
     return &counters_.backend_error;
   }
-  c.ports = &ports;
-  c.lease = *lease;
   c.backend.pcb = pcb;
   tcp_arg(pcb, &c.backend);
   tcp_recv(pcb, Callbacks::Recv);
@@ -359,7 +327,7 @@ std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
     DetachCallbacks(pcb);
     tcp_close(pcb);  // still CLOSED: this frees it
     c.backend.pcb = nullptr;
-    return &counters_.backend_error;  // Finish schedules the flow's removal and releases the port
+    return &counters_.backend_error;  // Finish gives the port and the flow back to the ledger
   }
   return nullptr;
 }
@@ -477,15 +445,7 @@ void Relay::Finish(Connection& c) {
   if (connections_ == &c) connections_ = c.next;
   --live_;
   RelayCounters::Sub(counters_.active);
-  const uint64_t due = now_ms_ + config_.flow_linger_ms;
-  const uint64_t closed_ns = MonotonicNs();
-  removals_.push_back(
-      PendingRemoval{due, c.rule->client_side, c.client_flow, nullptr, {}, closed_ns});
-  if (c.ports != nullptr) {
-    c.ports->Release(c.lease.port);
-    removals_.push_back(
-        PendingRemoval{due, c.rule->backend_side, c.backend_flow, c.ports, c.lease, 0});
-  }
+  ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }
 
@@ -500,7 +460,7 @@ bool Relay::Tick(uint64_t now_ms) {
   if (now_ms >= next_sweep_ms_) {
     next_sweep_ms_ = now_ms + kSweepIntervalMs;
     SweepConnections(now_ms);
-    RemoveDueFlows(now_ms, false);
+    ledger_.RemoveDue(now_ms);
     worked = true;
   }
   return worked;
@@ -529,26 +489,11 @@ void Relay::SweepConnections(uint64_t now_ms) {
   }
 }
 
-void Relay::RemoveDueFlows(uint64_t now_ms, bool all) {
-  while (!removals_.empty() && (all || removals_.front().due_ms <= now_ms)) {
-    const PendingRemoval r = removals_.front();
-    removals_.pop_front();
-    if (r.ports != nullptr) {
-      // A backend port reused since: the entry now belongs to the new connection.
-      if (r.ports->IsIdleSince(r.lease)) (void)r.steer->RemoveFlow(r.tuple);
-      continue;
-    }
-    // A client that reused its 4-tuple after this connection closed has a newer entry.
-    const auto flow = r.steer->LookupFlow(r.tuple);
-    if (flow && flow->created_ns <= r.closed_ns) (void)r.steer->RemoveFlow(r.tuple);
-  }
-}
-
 RelayState Relay::state() const {
   RelayState s;
   s.connections = live_;
-  s.closing_flows = removals_.size();
-  for (const auto& [key, ports] : ports_) s.backend_ports_in_use += ports->in_use();
+  s.closing_flows = ledger_.lingering();
+  s.backend_ports_in_use = ledger_.backend_ports_in_use();
   return s;
 }
 
@@ -562,7 +507,7 @@ Relay::~Relay() {
     tcp_close(l->pcb);
   }
   listeners_.clear();
-  RemoveDueFlows(0, true);
+  // ledger_'s destructor removes the flow entries still lingering.
 }
 
 }  // namespace xdpfwd

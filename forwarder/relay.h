@@ -4,34 +4,24 @@
 // worker thread: every method is called there.
 #pragma once
 
-#include <netinet/in.h>
-
+#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "forwarder/backend_ports.h"
+#include "forwarder/flow_ledger.h"
 #include "forwarder/relay_counters.h"
 #include "os/endpoint.h"
 #include "os/result.h"
-#include "xdp/steer.h"
 
 struct tcp_pcb;
 
 namespace xdpfwd {
 
-struct RelayRule {
-  uint32_t id = 0;
+// A rule as the relay serves it: the listener, and the route its flows and backend legs take.
+struct RelayRule : FlowRoute {
   Endpoint listen;
-  Endpoint backend;
-  // Local addresses of backend legs, used in turn (each adds a port space toward the backend):
-  // the backend-side netif's address, then any --backend-source aliases lwIP answers on.
-  std::vector<in_addr> backend_sources;
-  SteerProgram* client_side = nullptr;   // holds the clients' flows (the program inserts them)
-  SteerProgram* backend_side = nullptr;  // the relay inserts its backend legs' flows here
 };
 
 struct RelayConfig {
@@ -77,14 +67,6 @@ class Relay {
 
  private:
   struct Listener;
-  struct PendingRemoval {
-    uint64_t due_ms;
-    SteerProgram* steer;
-    FlowTuple tuple;
-    BackendPorts* ports;  // backend flow: only if the port was not reused meanwhile
-    BackendPorts::Lease lease;
-    uint64_t closed_ns;  // client flow: only if the entry is older than this
-  };
 
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(const RelayRule& rule);
@@ -97,19 +79,14 @@ class Relay {
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);
   void SweepConnections(uint64_t now_ms);
-  void RemoveDueFlows(uint64_t now_ms, bool all);
-  BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
 
   RelayConfig config_;
   RelayCounters counters_;
+  FlowLedger ledger_;  // after the connections are reset, removes what they left lingering
   std::vector<std::unique_ptr<Listener>> listeners_;
-  // Per (source address, backend address, backend port): created on first use.
-  std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
-  size_t next_source_ = 0;             // round robin over a rule's backend sources
   Connection* connections_ = nullptr;  // intrusive list of live connections
   size_t live_ = 0;
   std::vector<Connection*> finished_;                // freed in Tick, outside lwIP's callbacks
-  std::deque<PendingRemoval> removals_;              // due times are increasing: a constant linger
   static constexpr uint64_t kSweepIntervalMs = 100;  // timeout granularity
   uint64_t now_ms_ = 0;                              // the worker's clock as of the last Tick
   uint64_t next_sweep_ms_ = 0;
