@@ -11,6 +11,7 @@
 
 #include "forwarder/backend_ports.h"
 #include "forwarder/flow_ledger.h"
+#include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
 #include "os/endpoint.h"
 #include "os/result.h"
@@ -53,9 +54,11 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  // Called once per worker iteration: connect and idle timeouts, retrying relays that could not
-  // queue data, delayed flow removals. Does nothing but a clock comparison most of the time;
-  // returns whether it did more.
+  // Called once per worker iteration: connect and idle timeouts (the fronts of two deadline
+  // lists), and every 100 ms the few connections waiting for something no lwIP callback will
+  // announce, and delayed flow removals. Work in proportion to what is due, never to the number
+  // of connections; does nothing but a few comparisons most of the time. Returns whether it did
+  // more.
   bool Tick(uint64_t now_ms);
 
   const RelayCounters& counters() const { return counters_; }
@@ -67,6 +70,10 @@ class Relay {
 
  private:
   struct Listener;
+  // The lists a connection is on (tags for IntrusiveList).
+  struct ByActivity;  // every live connection, least recently active first: idle deadlines
+  struct Connecting;  // backend handshake under way, oldest first: connect deadlines
+  struct Watched;     // waiting for what no callback announces: a retry, or a close check
 
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(const RelayRule& rule);
@@ -78,18 +85,24 @@ class Relay {
   void Reset(Connection& c, std::atomic<uint64_t>& reason);
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);
-  void SweepConnections(uint64_t now_ms);
+  void Touch(Connection& c);
+  void Watch(Connection& c);
+  bool ExpireDeadlines();
+  void ServeWatched();
 
   RelayConfig config_;
   RelayCounters counters_;
   FlowLedger ledger_;  // after the connections are reset, removes what they left lingering
   std::vector<std::unique_ptr<Listener>> listeners_;
-  Connection* connections_ = nullptr;  // intrusive list of live connections
-  size_t live_ = 0;
-  std::vector<Connection*> finished_;                // freed in Tick, outside lwIP's callbacks
-  static constexpr uint64_t kSweepIntervalMs = 100;  // timeout granularity
-  uint64_t now_ms_ = 0;                              // the worker's clock as of the last Tick
-  uint64_t next_sweep_ms_ = 0;
+  IntrusiveList<Connection, ByActivity> live_;
+  IntrusiveList<Connection, Connecting> connecting_;
+  IntrusiveList<Connection, Watched> watched_;
+  std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks
+  // How often watched connections and lingering flows are served: neither is urgent, and the
+  // first is a fallback for lwIP's silence.
+  static constexpr uint64_t kServiceIntervalMs = 100;
+  uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
+  uint64_t next_service_ms_ = 0;
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to
   // return ERR_ABRT from that callback if and only if its pcb was aborted.
   tcp_pcb* in_callback_ = nullptr;

@@ -36,7 +36,9 @@ constexpr uint16_t kFirstLegPort = 20000;
 
 // A test's own end of a connection on lwIP's raw API (a client, or the backend's side).
 struct Peer {
-  tcp_pcb* pcb = nullptr;  // null once handed back or freed by lwIP
+  // Null once handed back or freed by lwIP. lwIP frees a TIME_WAIT pcb 2 * TCP_MSL after it
+  // got there with no callback: a test that waits that long hands it back (Close) first.
+  tcp_pcb* pcb = nullptr;
   std::string received;
   bool connected = false;
   bool got_fin = false;
@@ -574,6 +576,111 @@ TEST_F(RelayWireTest, BackendPortsCycleAndNeverCollide) {
   EXPECT_EQ(leg_ports_, want);
   for (const Pair& p : live) CloseBoth(*p.client, *p.backend);
   EXPECT_EQ(Count(&RelayCounters::completed), 9u);
+}
+
+// A backend that never answers the SYN (the wire drops it): the client is reset at the connect
+// timeout, not before, and counted once; a connection whose backend did answer is left alone.
+TEST_F(RelayWireTest, SilentBackendTimesOutAtTheConnectDeadline) {
+  RelayConfig config = Config();
+  config.limits.connect_timeout = std::chrono::milliseconds(500);
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  const Pair answered = Open(39999);
+  ASSERT_NE(answered.backend, nullptr);
+  wire_.SetFilter([](const WirePacket& p) {
+    return p.tcp.dst_port == kBackendPort ? WireVerdict::kDrop : WireVerdict::kDeliver;
+  });
+  Peer* early = Connect(40000);
+  Settle();
+  Advance(200);
+  Peer* late = Connect(40001);  // 230 ms behind: the FIFO's second deadline
+  Settle();
+  ASSERT_TRUE(early->connected && late->connected) << "the relay accepts before the backend answers";
+  Advance(200);
+  EXPECT_FALSE(early->errored) << "reset before its connect deadline";
+  EXPECT_EQ(Count(&RelayCounters::backend_timeout), 0u);
+  Advance(100);  // past 500 ms for the first only
+  EXPECT_TRUE(early->errored);
+  EXPECT_EQ(early->error, ERR_RST);
+  EXPECT_FALSE(late->errored);
+  EXPECT_EQ(Count(&RelayCounters::backend_timeout), 1u);
+  Advance(300);
+  EXPECT_TRUE(late->errored);
+  EXPECT_EQ(Count(&RelayCounters::backend_timeout), 2u);
+  EXPECT_FALSE(answered.client->errored) << "reset at the connect deadline although connected";
+  EXPECT_EQ(relay_->state().connections, 1u);
+  EXPECT_EQ(relay_->state().backend_ports_in_use, 1u);
+  wire_.SetFilter({});
+  CloseBoth(*answered.client, *answered.backend);
+}
+
+// Idle connections are reset least recently active first; bytes in either direction, at any
+// time, move a connection's deadline.
+TEST_F(RelayWireTest, IdleConnectionsAreResetInOrderOfLastActivity) {
+  RelayConfig config = Config();
+  config.limits.idle_timeout = std::chrono::milliseconds(1000);
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  const Pair busy = Open(40000);  // opened first: only its activity puts it behind `quiet`
+  const Pair quiet = Open(40001);
+  ASSERT_NE(quiet.backend, nullptr);
+  ASSERT_NE(busy.backend, nullptr);
+  Advance(600);
+  busy.backend->Send("still here");  // backend -> client counts as activity too
+  Settle();
+  EXPECT_EQ(busy.client->received, "still here");
+  Advance(500);  // quiet: idle ~1100 ms; busy: ~530 ms
+  EXPECT_TRUE(quiet.client->errored);
+  EXPECT_TRUE(quiet.backend->errored);
+  EXPECT_EQ(quiet.client->error, ERR_RST);
+  EXPECT_EQ(quiet.backend->error, ERR_RST);
+  EXPECT_FALSE(busy.client->errored) << "reset although it was active";
+  EXPECT_EQ(Count(&RelayCounters::idle_timeout), 1u);
+  busy.client->Send("me too");
+  Settle();
+  Advance(900);
+  EXPECT_FALSE(busy.client->errored);
+  Advance(200);
+  EXPECT_TRUE(busy.client->errored);
+  EXPECT_TRUE(busy.backend->errored);
+  EXPECT_EQ(Count(&RelayCounters::idle_timeout), 2u);
+  EXPECT_EQ(relay_->state().connections, 0u);
+}
+
+// Both ends close at once. The client's FIN reaches the relay first, which sends its own FIN to
+// the backend; the backend's FIN crosses it, so the relay's backend leg goes through CLOSING.
+// The backend's ACK of that FIN is lost once: the client leg ends (LAST_ACK, its err callback)
+// while the backend leg still waits, and the ACK of the retransmitted bare FIN takes it to
+// TIME_WAIT with no lwIP callback at all. The relay must still notice, close the leg and count
+// the connection completed.
+TEST_F(RelayWireTest, SimultaneousCloseCompletes) {
+  ASSERT_NO_FATAL_FAILURE(StartRelay(Config()));
+  const Pair p = Open(40000);
+  ASSERT_NE(p.backend, nullptr);
+  p.client->Send(Pattern('s', 5000));
+  p.backend->Send(Pattern('t', 7000));
+  Settle();
+  bool dropped = false;
+  wire_.SetFilter([&](const WirePacket& w) {
+    const bool ack_of_fin = w.tcp.src_port == kBackendPort && w.tcp.flags == TCP_ACK &&
+                            w.tcp.payload_len == 0;
+    if (dropped || !ack_of_fin) return WireVerdict::kDeliver;
+    dropped = true;
+    return WireVerdict::kDrop;
+  });
+  p.client->Shutdown();
+  p.backend->Shutdown();  // the two FINs cross the relay in the same round
+  Settle();
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(Count(&RelayCounters::completed), 0u) << "the backend leg's FIN is not acknowledged";
+  EXPECT_TRUE(p.client->got_fin);
+  EXPECT_TRUE(p.backend->got_fin);
+  p.client->Close();  // before lwIP frees their TIME_WAIT pcbs, which it does with no callback
+  p.backend->Close();
+  Advance(5000);  // the relay's FIN is retransmitted and acknowledged; a service interval
+  wire_.SetFilter({});
+  EXPECT_EQ(p.client->received, Pattern('t', 7000));
+  EXPECT_EQ(p.backend->received, Pattern('s', 5000));
+  EXPECT_EQ(Count(&RelayCounters::completed), 1u);
+  EXPECT_EQ(relay_->state().connections, 0u);
 }
 
 }  // namespace
