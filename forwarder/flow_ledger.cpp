@@ -27,8 +27,12 @@ FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_f
 }
 
 void FlowLedger::Refuse(const FlowRoute& route, const FlowTuple& client_flow, uint64_t now_ms) {
-  removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms, route.client_side,
-                                     client_flow, nullptr, {}, config_.clock_ns()});
+  removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms,
+                                     route.client_side,
+                                     client_flow,
+                                     nullptr,
+                                     {},
+                                     config_.clock_ns()});
 }
 
 BackendPorts& FlowLedger::PortsFor(in_addr source, const Endpoint& backend) {

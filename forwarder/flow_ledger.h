@@ -44,7 +44,7 @@ struct FlowLedgerConfig {
   uint32_t queue = 0;                    // the worker (RX queue) entries are owned by
   uint64_t flow_linger_ms = 1000;        // RelayConfig::flow_linger_ms says why
   // The clock flow tables stamp entries with (CLOCK_MONOTONIC, as bpf_ktime_get_ns reads).
-  uint64_t (*clock_ns)() = nullptr;      // null: MonotonicNs
+  uint64_t (*clock_ns)() = nullptr;  // null: MonotonicNs
 };
 
 class FlowLedger {
@@ -96,7 +96,7 @@ class FlowLedger {
   FlowLedgerConfig config_;
   // Per (source address, backend address, backend port): created on first use.
   std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
-  size_t next_source_ = 0;                // round robin over a route's backend sources
+  size_t next_source_ = 0;               // round robin over a route's backend sources
   std::deque<PendingRemoval> removals_;  // due times are increasing: a constant linger
 };
 

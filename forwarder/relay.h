@@ -1,7 +1,7 @@
 // The fast path's relay, on lwIP's raw API: accepts a client on lwIP, opens the backend leg from
-// a port the relay owns (its flow entry is in the steering map before the SYN leaves), and moves
-// bytes both ways with end-to-end backpressure, half-close and reset propagation. Lives on the
-// worker thread: every method is called there.
+// a port its FlowLedger leases (the leg's flow entry is in the steering map before the SYN
+// leaves), and moves bytes both ways with end-to-end backpressure, half-close and reset
+// propagation. Lives on the worker thread: every method is called there.
 #pragma once
 
 #include <atomic>

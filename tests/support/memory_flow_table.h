@@ -41,7 +41,9 @@ class MemoryFlowTable final : public FlowTable {
 
  private:
   using Key = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t>;
-  static Key KeyOf(const FlowTuple& t) { return {t.saddr.s_addr, t.daddr.s_addr, t.sport, t.dport}; }
+  static Key KeyOf(const FlowTuple& t) {
+    return {t.saddr.s_addr, t.daddr.s_addr, t.sport, t.dport};
+  }
 
   uint64_t (*clock_ns_)();
   std::map<Key, Entry> entries_;

@@ -184,8 +184,7 @@ class RelayWireTest : public ::testing::Test {
 
   void TearDown() override {
     if (relay_) {
-      ExpectEachEndedOnce(relay_->counters().Snapshot(),
-                          relay_->counters().Snapshot().Format());
+      ExpectEachEndedOnce(relay_->counters().Snapshot(), relay_->counters().Snapshot().Format());
       StopRelay();
     }
     for (auto* peers : {&clients_, &backends_}) {
@@ -471,7 +470,8 @@ TEST_F(RelayWireTest, BackpressureStopsTheClientAndLosesNothing) {
   EXPECT_LT(p.client->sent, upload.size()) << "the client never met a closed window";
   EXPECT_GT(closed_windows_to_client_, 0u) << "the relay kept reading from the client";
   EXPECT_LE(relayed, 3u << 20) << "the relay queued far more than its buffers";
-  EXPECT_GT(HeapInUse(), heap_) << "the held bytes are pbufs on lwIP's heap (the leak check's view)";
+  EXPECT_GT(HeapInUse(), heap_)
+      << "the held bytes are pbufs on lwIP's heap (the leak check's view)";
   Advance(1000);
   EXPECT_EQ(Count(&RelayCounters::bytes_to_backend), relayed) << "moved while blocked";
   EXPECT_EQ(p.backend->received.size(), received);
@@ -594,7 +594,8 @@ TEST_F(RelayWireTest, SilentBackendTimesOutAtTheConnectDeadline) {
   Advance(200);
   Peer* late = Connect(40001);  // 230 ms behind: the FIFO's second deadline
   Settle();
-  ASSERT_TRUE(early->connected && late->connected) << "the relay accepts before the backend answers";
+  ASSERT_TRUE(early->connected && late->connected)
+      << "the relay accepts before the backend answers";
   Advance(200);
   EXPECT_FALSE(early->errored) << "reset before its connect deadline";
   EXPECT_EQ(Count(&RelayCounters::backend_timeout), 0u);
@@ -660,8 +661,8 @@ TEST_F(RelayWireTest, SimultaneousCloseCompletes) {
   Settle();
   bool dropped = false;
   wire_.SetFilter([&](const WirePacket& w) {
-    const bool ack_of_fin = w.tcp.src_port == kBackendPort && w.tcp.flags == TCP_ACK &&
-                            w.tcp.payload_len == 0;
+    const bool ack_of_fin =
+        w.tcp.src_port == kBackendPort && w.tcp.flags == TCP_ACK && w.tcp.payload_len == 0;
     if (dropped || !ack_of_fin) return WireVerdict::kDeliver;
     dropped = true;
     return WireVerdict::kDrop;
