@@ -321,7 +321,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     if (rr.backend_sources.empty()) rr.backend_sources = {sides[k].backend->addr};
     rr.client_side = sides[k].client->steer.get();
     rr.backend_side = sides[k].backend->steer.get();
-    if (auto r = rr.client_side->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
+    if (auto r = sides[k].client->steer->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
       return r.error();
     }
     impl->relay_rules.push_back(rr);

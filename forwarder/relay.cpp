@@ -82,17 +82,15 @@ struct Relay::Leg {
   uint64_t relayed = 0;       // of those, bytes queued on the other leg
 };
 
-struct Relay::Connection {
+struct Relay::Connection : ListHook<Connection, ByActivity>,
+                           ListHook<Connection, Connecting>,
+                           ListHook<Connection, Watched> {
   Relay* relay = nullptr;
   const RelayRule* rule = nullptr;
   Leg client, backend;
-  Connection* prev = nullptr;
-  Connection* next = nullptr;
   uint64_t started_ms = 0;
   uint64_t last_active_ms = 0;
-  FlowTuple client_flow{}, backend_flow{};
-  BackendPorts* ports = nullptr;
-  BackendPorts::Lease lease{};
+  FlowBooking flows;  // the ledger's entries and port for this connection
   bool finished = false;
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
@@ -150,7 +148,8 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
-    c.last_active_ms = r.now_ms_;
+    r.connecting_.Remove(c);
+    r.Touch(c);
     r.Pump(c, c.client, c.backend);
     return scope.result();
   }
@@ -173,7 +172,7 @@ struct Relay::Callbacks {
       r.Pump(c, *leg, to);
       return scope.result();
     }
-    c.last_active_ms = r.now_ms_;
+    r.Touch(c);
     leg->received += p->tot_len;
     // The pbuf is always taken (DESIGN.md: lwIP parks refused data until its next timer); the
     // window this leg advertises opens only as the other leg accepts the bytes.
@@ -193,7 +192,7 @@ struct Relay::Callbacks {
     Connection& c = *leg->conn;
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
-    c.last_active_ms = r.now_ms_;
+    r.Touch(c);
     Leg& from = c.other(*leg);
     if (!from.backlog.empty() || (from.fin_received && !leg->fin_sent)) {
       r.Pump(c, from, *leg);
@@ -228,7 +227,9 @@ struct Relay::Callbacks {
   }
 };
 
-Relay::Relay(const RelayConfig& config) : config_(config) {}
+Relay::Relay(const RelayConfig& config)
+    : config_(config),
+      ledger_(FlowLedgerConfig{config.backend_ports, config.queue, config.flow_linger_ms}) {}
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));
@@ -267,40 +268,26 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   CallbackScope scope(in_callback_, in_callback_aborted_, pcb);
   const lwip_pcb::Endpoints ends = lwip_pcb::EndpointsOf(pcb);
   const FlowTuple client_flow{ends.remote, ends.local, ends.remote_port, ends.local_port};
-  if (live_ >= config_.limits.max_connections) {
+  if (live_.size() >= config_.limits.max_connections) {
     RelayCounters::Add(counters_.over_limit);
     tcp_abort(pcb);  // RST: the client learns at once
-    removals_.push_back(PendingRemoval{now_ms_ + config_.flow_linger_ms,
-                                       listener.rule->client_side,
-                                       client_flow,
-                                       nullptr,
-                                       {},
-                                       MonotonicNs()});
+    ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
   }
   auto* c = new Connection();
   c->relay = this;
   c->rule = listener.rule;
   c->started_ms = c->last_active_ms = now_ms_;
-  c->client_flow = client_flow;
   c->client.conn = c->backend.conn = c;
   c->client.is_client = true;
   c->client.connected = true;
   c->client.pcb = pcb;
-  c->next = connections_;
-  if (connections_ != nullptr) connections_->prev = c;
-  connections_ = c;
-  ++live_;
+  live_.PushBack(*c);
+  connecting_.PushBack(*c);
   RelayCounters::Add(counters_.accepted);
   RelayCounters::Add(counters_.active);
 
-  // Taken: the stray-flow reaper must leave this client flow alone. Should the entry be gone
-  // (reaped after a handshake slower than the reaper's age), it is put back, or the client's
-  // next packets would reach the kernel.
-  SteerProgram& client_side = *listener.rule->client_side;
-  if (!client_side.MarkAccepted(client_flow, config_.queue, listener.rule->id)) {
-    (void)client_side.AddFlow(client_flow, config_.queue, listener.rule->id);
-  }
+  c->flows = ledger_.Accept(*listener.rule, client_flow);
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
   tcp_sent(pcb, Callbacks::Sent);
@@ -310,44 +297,24 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   return scope.result();
 }
 
-BackendPorts& Relay::PortsFor(in_addr source, const Endpoint& backend) {
-  auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
-  if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
-  return *slot;
-}
-
 // nullptr when the backend leg is on its way, else the counter saying why it is not.
 std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
   const RelayRule& rule = *c.rule;
-  // Sources in turn; a source whose ports toward this backend are all held is skipped.
-  BackendPorts* found = nullptr;
-  std::optional<BackendPorts::Lease> lease;
-  in_addr source{};
-  for (size_t tried = 0; tried < rule.backend_sources.size() && !lease; ++tried) {
-    source = rule.backend_sources[next_source_++ % rule.backend_sources.size()];
-    found = &PortsFor(source, rule.backend);
-    lease = found->Acquire();
-  }
-  if (!lease) return &counters_.backend_no_port;
-  BackendPorts& ports = *found;
+  if (!ledger_.LeaseBackendPort(c.flows)) return &counters_.backend_no_port;
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) {
-    ports.Release(lease->port);
+    ledger_.ReleaseBackendPort(c.flows);
     return &counters_.backend_error;
   }
-  // The local port comes from our allocator, so lwIP's bind (which walks every pcb to check
-  // for a conflict) is skipped: the 4-tuple is unique by construction.
-  lwip_pcb::SetLocalEndpoint(pcb, source, lease->port);
-  c.backend_flow = FlowTuple{rule.backend.addr, source, rule.backend.port, lease->port};
+  // The local port comes from the ledger, so lwIP's bind (which walks every pcb to check for a
+  // conflict) is skipped: the 4-tuple is unique by construction.
+  lwip_pcb::SetLocalEndpoint(pcb, c.flows.backend_flow.daddr, c.flows.backend_flow.dport);
   // The flow entry must exist before the SYN leaves, or the SYN-ACK reaches the kernel, which
   // knows no such connection and resets it.
-  if (!rule.backend_side->AddFlow(c.backend_flow, 0, rule.id)) {
+  if (!ledger_.AddBackendFlow(c.flows)) {
     tcp_close(pcb);
-    ports.Release(lease->port);
     return &counters_.backend_error;
   }
-  c.ports = &ports;
-  c.lease = *lease;
   c.backend.pcb = pcb;
   tcp_arg(pcb, &c.backend);
   tcp_recv(pcb, Callbacks::Recv);
@@ -359,7 +326,7 @@ std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
     DetachCallbacks(pcb);
     tcp_close(pcb);  // still CLOSED: this frees it
     c.backend.pcb = nullptr;
-    return &counters_.backend_error;  // Finish schedules the flow's removal and releases the port
+    return &counters_.backend_error;  // Finish gives the port and the flow back to the ledger
   }
   return nullptr;
 }
@@ -395,7 +362,7 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
     tcp_output(to.pcb);
     RelayCounters::Add(to.is_client ? counters_.bytes_to_client : counters_.bytes_to_backend,
                        written);
-    c.last_active_ms = now_ms_;
+    Touch(c);
     if (from.pcb != nullptr) {
       for (uint32_t left = written; left > 0;) {
         const u16_t chunk = static_cast<u16_t>(std::min<uint32_t>(left, 0xffff));
@@ -404,6 +371,8 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
       }
     }
   }
+  // Stuck with nothing in flight toward the other leg: no ACK will come to call Pump again.
+  if (!from.backlog.empty() && lwip_pcb::AllAcknowledged(to.pcb)) Watch(c);
   if (from.backlog.empty() && from.fin_received && !to.fin_sent) {
     tcp_shutdown(to.pcb, 0, 1);  // half-close: the other direction keeps flowing
     to.fin_sent = true;
@@ -432,6 +401,8 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
     // A leg in TIME_WAIT leaves lwIP at its next slow-timer tick rather than after 2 * MSL
     // (lwip_pcb.h says what that gives up): at a sustained rate TIME_WAIT pcbs would fill the pool.
     if (lwip_pcb::Release(pcb) && pcb == in_callback_) in_callback_aborted_ = true;
+  } else if (leg.pcb != nullptr && leg.fin_received && leg.fin_sent && leg.backlog.empty()) {
+    Watch(c);  // the ACK of our FIN may come with no callback (CLOSING -> TIME_WAIT)
   }
   if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
     if (c.client.fin_sent && c.backend.fin_sent) {
@@ -472,20 +443,11 @@ void Relay::Finish(Connection& c) {
   c.finished = true;
   c.client.backlog.FreeAll();
   c.backend.backlog.FreeAll();
-  if (c.prev != nullptr) c.prev->next = c.next;
-  if (c.next != nullptr) c.next->prev = c.prev;
-  if (connections_ == &c) connections_ = c.next;
-  --live_;
+  live_.Remove(c);
+  connecting_.Remove(c);
+  watched_.Remove(c);
   RelayCounters::Sub(counters_.active);
-  const uint64_t due = now_ms_ + config_.flow_linger_ms;
-  const uint64_t closed_ns = MonotonicNs();
-  removals_.push_back(
-      PendingRemoval{due, c.rule->client_side, c.client_flow, nullptr, {}, closed_ns});
-  if (c.ports != nullptr) {
-    c.ports->Release(c.lease.port);
-    removals_.push_back(
-        PendingRemoval{due, c.rule->backend_side, c.backend_flow, c.ports, c.lease, 0});
-  }
+  ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }
 
@@ -497,63 +459,69 @@ bool Relay::Tick(uint64_t now_ms) {
     finished_.clear();
     worked = true;
   }
-  if (now_ms >= next_sweep_ms_) {
-    next_sweep_ms_ = now_ms + kSweepIntervalMs;
-    SweepConnections(now_ms);
-    RemoveDueFlows(now_ms, false);
+  if (ExpireDeadlines()) worked = true;
+  if (now_ms >= next_service_ms_) {
+    next_service_ms_ = now_ms + kServiceIntervalMs;
+    ServeWatched();
+    ledger_.RemoveDue(now_ms);
     worked = true;
   }
   return worked;
 }
 
-void Relay::SweepConnections(uint64_t now_ms) {
-  const RelayLimits& limits = config_.limits;
-  const auto connect_ms = static_cast<uint64_t>(limits.connect_timeout.count());
-  const auto idle_ms = static_cast<uint64_t>(limits.idle_timeout.count());
-  for (Connection* c = connections_; c != nullptr;) {
-    Connection* next = c->next;  // Reset unlinks c
-    if (!c->backend.connected && now_ms - c->started_ms >= connect_ms) {
-      Reset(*c, counters_.backend_timeout);
-    } else if (idle_ms > 0 && now_ms - c->last_active_ms >= idle_ms) {
-      Reset(*c, counters_.idle_timeout);
-    } else {
-      // Data that could not be queued earlier (lwIP's heap or segment pool was exhausted, so
-      // no ACK is coming to retry it) gets another chance here.
-      if (!c->client.backlog.empty()) Pump(*c, c->client, c->backend);
-      if (!c->finished && !c->backend.backlog.empty()) Pump(*c, c->backend, c->client);
-      // lwIP gives no callback when the ACK of a bare FIN takes a leg from CLOSING to
-      // TIME_WAIT; such a leg is closed here.
-      if (!c->finished) CloseFinishedLegs(*c);
-    }
-    c = next;
-  }
+// Activity moves a connection to the back of live_, which so stays ordered by last activity:
+// its front is the next idle deadline.
+void Relay::Touch(Connection& c) {
+  if (c.last_active_ms == now_ms_) return;  // already at or tied with the back
+  c.last_active_ms = now_ms_;
+  if (config_.limits.idle_timeout.count() != 0) live_.MoveToBack(c);
 }
 
-void Relay::RemoveDueFlows(uint64_t now_ms, bool all) {
-  while (!removals_.empty() && (all || removals_.front().due_ms <= now_ms)) {
-    const PendingRemoval r = removals_.front();
-    removals_.pop_front();
-    if (r.ports != nullptr) {
-      // A backend port reused since: the entry now belongs to the new connection.
-      if (r.ports->IsIdleSince(r.lease)) (void)r.steer->RemoveFlow(r.tuple);
-      continue;
-    }
-    // A client that reused its 4-tuple after this connection closed has a newer entry.
-    const auto flow = r.steer->LookupFlow(r.tuple);
-    if (flow && flow->created_ns <= r.closed_ns) (void)r.steer->RemoveFlow(r.tuple);
+// Both timeouts are constants, so each list's front is its earliest deadline: the work is in
+// proportion to what expired.
+bool Relay::ExpireDeadlines() {
+  bool expired = false;
+  const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
+  while (!connecting_.empty() && now_ms_ - connecting_.front()->started_ms >= connect_ms) {
+    Reset(*connecting_.front(), counters_.backend_timeout);  // unlinks it
+    expired = true;
+  }
+  const auto idle_ms = static_cast<uint64_t>(config_.limits.idle_timeout.count());
+  while (idle_ms > 0 && !live_.empty() && now_ms_ - live_.front()->last_active_ms >= idle_ms) {
+    Reset(*live_.front(), counters_.idle_timeout);
+    expired = true;
+  }
+  return expired;
+}
+
+void Relay::Watch(Connection& c) {
+  if (!c.finished && !watched_.Contains(c)) watched_.PushBack(c);
+}
+
+// What no lwIP callback will announce. Data that could not be queued while the other leg had
+// nothing in flight (lwIP's heap or segment pool was exhausted, so no ACK is coming to retry
+// it); and a leg whose last ACK, of a bare FIN, took it from CLOSING to TIME_WAIT silently.
+// Each connection served leaves the list, and comes back (at the back) if still stuck.
+void Relay::ServeWatched() {
+  for (size_t n = watched_.size(); n > 0 && !watched_.empty(); --n) {
+    Connection& c = *watched_.front();
+    watched_.Remove(c);
+    if (!c.client.backlog.empty()) Pump(c, c.client, c.backend);
+    if (!c.finished && !c.backend.backlog.empty()) Pump(c, c.backend, c.client);
+    if (!c.finished) CloseFinishedLegs(c);
   }
 }
 
 RelayState Relay::state() const {
   RelayState s;
-  s.connections = live_;
-  s.closing_flows = removals_.size();
-  for (const auto& [key, ports] : ports_) s.backend_ports_in_use += ports->in_use();
+  s.connections = live_.size();
+  s.closing_flows = ledger_.lingering();
+  s.backend_ports_in_use = ledger_.backend_ports_in_use();
   return s;
 }
 
 Relay::~Relay() {
-  while (connections_ != nullptr) Reset(*connections_, counters_.shutdown_reset);
+  while (!live_.empty()) Reset(*live_.front(), counters_.shutdown_reset);
   for (Connection* c : finished_) delete c;
   finished_.clear();
   for (auto& l : listeners_) {
@@ -562,7 +530,7 @@ Relay::~Relay() {
     tcp_close(l->pcb);
   }
   listeners_.clear();
-  RemoveDueFlows(0, true);
+  // ledger_'s destructor removes the flow entries still lingering.
 }
 
 }  // namespace xdpfwd

@@ -1,37 +1,28 @@
 // The fast path's relay, on lwIP's raw API: accepts a client on lwIP, opens the backend leg from
-// a port the relay owns (its flow entry is in the steering map before the SYN leaves), and moves
-// bytes both ways with end-to-end backpressure, half-close and reset propagation. Lives on the
-// worker thread: every method is called there.
+// a port its FlowLedger leases (the leg's flow entry is in the steering map before the SYN
+// leaves), and moves bytes both ways with end-to-end backpressure, half-close and reset
+// propagation. Lives on the worker thread: every method is called there.
 #pragma once
 
-#include <netinet/in.h>
-
+#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "forwarder/backend_ports.h"
+#include "forwarder/flow_ledger.h"
+#include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
 #include "os/endpoint.h"
 #include "os/result.h"
-#include "xdp/steer.h"
 
 struct tcp_pcb;
 
 namespace xdpfwd {
 
-struct RelayRule {
-  uint32_t id = 0;
+// A rule as the relay serves it: the listener, and the route its flows and backend legs take.
+struct RelayRule : FlowRoute {
   Endpoint listen;
-  Endpoint backend;
-  // Local addresses of backend legs, used in turn (each adds a port space toward the backend):
-  // the backend-side netif's address, then any --backend-source aliases lwIP answers on.
-  std::vector<in_addr> backend_sources;
-  SteerProgram* client_side = nullptr;   // holds the clients' flows (the program inserts them)
-  SteerProgram* backend_side = nullptr;  // the relay inserts its backend legs' flows here
 };
 
 struct RelayConfig {
@@ -63,9 +54,11 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  // Called once per worker iteration: connect and idle timeouts, retrying relays that could not
-  // queue data, delayed flow removals. Does nothing but a clock comparison most of the time;
-  // returns whether it did more.
+  // Called once per worker iteration: connect and idle timeouts (the fronts of two deadline
+  // lists), and every 100 ms the few connections waiting for something no lwIP callback will
+  // announce, and delayed flow removals. Work in proportion to what is due, never to the number
+  // of connections; does nothing but a few comparisons most of the time. Returns whether it did
+  // more.
   bool Tick(uint64_t now_ms);
 
   const RelayCounters& counters() const { return counters_; }
@@ -77,14 +70,10 @@ class Relay {
 
  private:
   struct Listener;
-  struct PendingRemoval {
-    uint64_t due_ms;
-    SteerProgram* steer;
-    FlowTuple tuple;
-    BackendPorts* ports;  // backend flow: only if the port was not reused meanwhile
-    BackendPorts::Lease lease;
-    uint64_t closed_ns;  // client flow: only if the entry is older than this
-  };
+  // The lists a connection is on (tags for IntrusiveList).
+  struct ByActivity;  // every live connection, least recently active first: idle deadlines
+  struct Connecting;  // backend handshake under way, oldest first: connect deadlines
+  struct Watched;     // waiting for what no callback announces: a retry, or a close check
 
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(const RelayRule& rule);
@@ -96,23 +85,24 @@ class Relay {
   void Reset(Connection& c, std::atomic<uint64_t>& reason);
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);
-  void SweepConnections(uint64_t now_ms);
-  void RemoveDueFlows(uint64_t now_ms, bool all);
-  BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
+  void Touch(Connection& c);
+  void Watch(Connection& c);
+  bool ExpireDeadlines();
+  void ServeWatched();
 
   RelayConfig config_;
   RelayCounters counters_;
+  FlowLedger ledger_;  // after the connections are reset, removes what they left lingering
   std::vector<std::unique_ptr<Listener>> listeners_;
-  // Per (source address, backend address, backend port): created on first use.
-  std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
-  size_t next_source_ = 0;             // round robin over a rule's backend sources
-  Connection* connections_ = nullptr;  // intrusive list of live connections
-  size_t live_ = 0;
-  std::vector<Connection*> finished_;                // freed in Tick, outside lwIP's callbacks
-  std::deque<PendingRemoval> removals_;              // due times are increasing: a constant linger
-  static constexpr uint64_t kSweepIntervalMs = 100;  // timeout granularity
-  uint64_t now_ms_ = 0;                              // the worker's clock as of the last Tick
-  uint64_t next_sweep_ms_ = 0;
+  IntrusiveList<Connection, ByActivity> live_;
+  IntrusiveList<Connection, Connecting> connecting_;
+  IntrusiveList<Connection, Watched> watched_;
+  std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks
+  // How often watched connections and lingering flows are served: neither is urgent, and the
+  // first is a fallback for lwIP's silence.
+  static constexpr uint64_t kServiceIntervalMs = 100;
+  uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
+  uint64_t next_service_ms_ = 0;
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to
   // return ERR_ABRT from that callback if and only if its pcb was aborted.
   tcp_pcb* in_callback_ = nullptr;

@@ -539,6 +539,12 @@ std::optional<steer_flow> SteerProgram::LookupFlow(const FlowTuple& tuple) const
   return value;
 }
 
+std::optional<uint64_t> SteerProgram::FlowCreatedNs(const FlowTuple& tuple) const {
+  const auto flow = LookupFlow(tuple);
+  if (!flow) return std::nullopt;
+  return flow->created_ns;
+}
+
 size_t SteerProgram::FlowCount() const {
   return CountKeys(bpf_map__fd(skel_->s->maps.steer_flows));
 }

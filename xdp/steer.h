@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "os/result.h"
+#include "xdp/flow_table.h"
 #include "xdp/steer_shared.h"
 
 namespace xdpfwd {
@@ -54,16 +55,7 @@ struct SteerOptions {
   bool force_generic = false;  // skip native mode
 };
 
-// A flow's 4-tuple as its packets arrive (source first); addresses and ports in host order
-// for ports, in_addr for addresses.
-struct FlowTuple {
-  in_addr saddr{};
-  in_addr daddr{};
-  uint16_t sport = 0;
-  uint16_t dport = 0;
-};
-
-class SteerProgram {
+class SteerProgram final : public FlowTable {
  public:
   // Attaches to `ifname`. Replaces a stale xdpfwd program left by a process that is gone;
   // refuses (with an error saying what to do) when another live xdpfwd or a foreign program
@@ -73,7 +65,7 @@ class SteerProgram {
   // Loads without attaching (BPF_PROG_TEST_RUN fixtures); AttachTo attaches it later.
   static Result<std::unique_ptr<SteerProgram>> Load(const SteerOptions& options = {});
   Result<void> AttachTo(const std::string& ifname);
-  ~SteerProgram();  // detaches, if the attached program is still this one
+  ~SteerProgram() override;  // detaches, if the attached program is still this one
   SteerProgram(const SteerProgram&) = delete;
   SteerProgram& operator=(const SteerProgram&) = delete;
 
@@ -85,11 +77,13 @@ class SteerProgram {
 
   Result<void> AddListener(in_addr addr, uint16_t port, uint32_t rule_id);  // addr 0 = any
   Result<void> RemoveListener(in_addr addr, uint16_t port);
-  Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id);
-  Result<void> RemoveFlow(const FlowTuple& tuple);
-  std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
+  // FlowTable, over the program's flow map.
+  Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
+  Result<void> RemoveFlow(const FlowTuple& tuple) override;
   // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
-  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id);
+  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
+  std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
+  std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
   // giving their slots back to the client budget. Batched map reads; for a control thread.
   size_t ReapStrayFlows(uint64_t created_before_ns);

@@ -69,6 +69,7 @@ std::optional<TcpSegment> ParseTcp(const std::vector<uint8_t>& ip) {
   s.seq = Be32(tcp + 4);
   s.ack = Be32(tcp + 8);
   s.flags = tcp[13];
+  s.window = Be16(tcp + 14);
   s.payload_len = total - ihl - doff;
   return s;
 }

@@ -27,6 +27,7 @@ struct TcpSegment {
   uint32_t seq = 0, ack = 0;
   uint8_t flags = 0;  // TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK from lwip/prot/tcp.h
   size_t payload_len = 0;
+  uint16_t window = 0;  // as on the wire (not scaled): 0 is a closed window
 };
 
 // Parses an IPv4/TCP packet; nullopt for anything else or a truncated header.

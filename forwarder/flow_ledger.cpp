@@ -1,0 +1,112 @@
+// The fast path's flow and backend-port bookkeeping (see flow_ledger.h).
+#include "forwarder/flow_ledger.h"
+
+#include <utility>
+
+#include "os/clock.h"
+
+namespace xdpfwd {
+
+FlowLedger::FlowLedger(FlowLedgerConfig config) : config_(std::move(config)) {
+  if (config_.clock_ns == nullptr) config_.clock_ns = MonotonicNs;
+}
+
+FlowLedger::~FlowLedger() {
+  for (const PendingRemoval& r : removals_) Remove(r);
+}
+
+FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_flow) {
+  FlowBooking b;
+  b.route = &route;
+  b.client_flow = client_flow;
+  FlowTable& table = *route.client_side;
+  if (!table.MarkAccepted(client_flow, config_.queue, route.id)) {
+    (void)table.AddFlow(client_flow, config_.queue, route.id);
+  }
+  return b;
+}
+
+void FlowLedger::Refuse(const FlowRoute& route, const FlowTuple& client_flow, uint64_t now_ms) {
+  removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms,
+                                     route.client_side,
+                                     client_flow,
+                                     nullptr,
+                                     {},
+                                     config_.clock_ns()});
+}
+
+BackendPorts& FlowLedger::PortsFor(in_addr source, const Endpoint& backend) {
+  auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
+  if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
+  return *slot;
+}
+
+bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
+  const FlowRoute& route = *b.route;
+  const size_t sources = route.backend_sources.size();
+  for (size_t tried = 0; tried < sources; ++tried) {
+    const in_addr source = route.backend_sources[next_source_++ % sources];
+    BackendPorts& ports = PortsFor(source, route.backend);
+    if (const auto lease = ports.Acquire()) {
+      b.ports = &ports;
+      b.lease = *lease;
+      b.backend_flow = FlowTuple{route.backend.addr, source, route.backend.port, lease->port};
+      return true;
+    }
+  }
+  return false;
+}
+
+bool FlowLedger::AddBackendFlow(FlowBooking& b) {
+  if (b.route->backend_side->AddFlow(b.backend_flow, 0, b.route->id)) return true;
+  ReleaseBackendPort(b);
+  return false;
+}
+
+void FlowLedger::ReleaseBackendPort(FlowBooking& b) {
+  if (b.ports == nullptr) return;
+  b.ports->Release(b.lease.port);
+  b.ports = nullptr;
+}
+
+void FlowLedger::Close(FlowBooking& b, uint64_t now_ms) {
+  const uint64_t due = now_ms + config_.flow_linger_ms;
+  removals_.push_back(
+      PendingRemoval{due, b.route->client_side, b.client_flow, nullptr, {}, config_.clock_ns()});
+  if (b.ports != nullptr) {
+    b.ports->Release(b.lease.port);
+    removals_.push_back(
+        PendingRemoval{due, b.route->backend_side, b.backend_flow, b.ports, b.lease, 0});
+    b.ports = nullptr;
+  }
+}
+
+bool FlowLedger::RemoveDue(uint64_t now_ms) {
+  bool removed = false;
+  while (!removals_.empty() && removals_.front().due_ms <= now_ms) {
+    const PendingRemoval r = removals_.front();
+    removals_.pop_front();
+    Remove(r);
+    removed = true;
+  }
+  return removed;
+}
+
+void FlowLedger::Remove(const PendingRemoval& r) {
+  if (r.ports != nullptr) {
+    // A backend port reused since: the entry now belongs to the new connection.
+    if (r.ports->IsIdleSince(r.lease)) (void)r.table->RemoveFlow(r.tuple);
+    return;
+  }
+  // A client that reused its 4-tuple after this connection closed has a newer entry.
+  const auto created_ns = r.table->FlowCreatedNs(r.tuple);
+  if (created_ns && *created_ns <= r.closed_ns) (void)r.table->RemoveFlow(r.tuple);
+}
+
+uint32_t FlowLedger::backend_ports_in_use() const {
+  uint32_t n = 0;
+  for (const auto& [key, ports] : ports_) n += ports->in_use();
+  return n;
+}
+
+}  // namespace xdpfwd

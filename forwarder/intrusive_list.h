@@ -1,0 +1,78 @@
+// A doubly linked list threaded through its elements: an element derives from one ListHook per
+// list it can be on, told apart by a tag type. O(1) insert, remove and move-to-back with no
+// allocation, so the relay keeps its deadline lists without touching the heap per event. A list
+// of an incomplete type can be declared (a header's class member); it is used where T is known.
+#pragma once
+
+#include <cstddef>
+
+namespace xdpfwd {
+
+template <typename T, typename Tag>
+struct ListHook {
+  T* prev = nullptr;
+  T* next = nullptr;
+  bool linked = false;
+};
+
+// The list never owns its elements; an element must be removed before it is destroyed.
+template <typename T, typename Tag>
+class IntrusiveList {
+ public:
+  IntrusiveList() = default;
+  IntrusiveList(const IntrusiveList&) = delete;
+  IntrusiveList& operator=(const IntrusiveList&) = delete;
+
+  bool empty() const { return head_ == nullptr; }
+  size_t size() const { return size_; }
+  T* front() const { return head_; }
+  static bool Contains(const T& item) { return HookOf(item).linked; }
+
+  void PushBack(T& item) {
+    ListHook<T, Tag>& h = HookOf(item);
+    h.prev = tail_;
+    h.next = nullptr;
+    h.linked = true;
+    if (tail_ != nullptr) {
+      HookOf(*tail_).next = &item;
+    } else {
+      head_ = &item;
+    }
+    tail_ = &item;
+    ++size_;
+  }
+
+  // Does nothing if `item` is on no list of this kind.
+  void Remove(T& item) {
+    ListHook<T, Tag>& h = HookOf(item);
+    if (!h.linked) return;
+    if (h.prev != nullptr) {
+      HookOf(*h.prev).next = h.next;
+    } else {
+      head_ = h.next;
+    }
+    if (h.next != nullptr) {
+      HookOf(*h.next).prev = h.prev;
+    } else {
+      tail_ = h.prev;
+    }
+    h = ListHook<T, Tag>{};
+    --size_;
+  }
+
+  void MoveToBack(T& item) {
+    if (tail_ == &item) return;
+    Remove(item);
+    PushBack(item);
+  }
+
+ private:
+  static ListHook<T, Tag>& HookOf(T& item) { return item; }
+  static const ListHook<T, Tag>& HookOf(const T& item) { return item; }
+
+  T* head_ = nullptr;
+  T* tail_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace xdpfwd

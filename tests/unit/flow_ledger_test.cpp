@@ -1,0 +1,237 @@
+// The relay's flow and backend-port books alone, over in-memory flow tables and a clock the
+// test moves: what is entered when, and which lingering removal may delete what.
+#include "forwarder/flow_ledger.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "tests/support/memory_flow_table.h"
+
+namespace xdpfwd::test {
+namespace {
+
+uint64_t g_now_ns = 0;  // the flow tables' clock, as the test sets it
+uint64_t FakeClockNs() { return g_now_ns; }
+
+in_addr Ip(const char* dotted) {
+  in_addr a{};
+  inet_pton(AF_INET, dotted, &a);
+  return a;
+}
+
+constexpr uint32_t kQueue = 3;
+constexpr uint64_t kLingerMs = 1000;
+
+class FlowLedgerTest : public ::testing::Test {
+ protected:
+  FlowLedgerTest() { g_now_ns = 1'000'000; }
+
+  FlowRoute Route(uint32_t id, const char* backend, uint16_t port,
+                  std::vector<in_addr> sources = {Ip("10.1.0.1")}) {
+    FlowRoute r;
+    r.id = id;
+    r.backend = Endpoint{Ip(backend), port};
+    r.backend_sources = std::move(sources);
+    r.client_side = &clients_;
+    r.backend_side = &backends_;
+    return r;
+  }
+
+  FlowLedgerConfig Config(std::vector<PortRange> ports = {{2000, 2009}}) {
+    return FlowLedgerConfig{std::move(ports), kQueue, kLingerMs, FakeClockNs};
+  }
+
+  static FlowTuple Client(uint16_t port) {
+    return FlowTuple{Ip("192.0.2.7"), Ip("10.0.0.1"), port, 80};
+  }
+
+  // A client SYN (the program's entry), the accept, and a backend leg with its flow entered.
+  FlowBooking Open(FlowLedger& ledger, const FlowRoute& route, uint16_t client_port) {
+    clients_.InsertFromSyn(Client(client_port), route.id);
+    g_now_ns += 10;
+    FlowBooking b = ledger.Accept(route, Client(client_port));
+    EXPECT_TRUE(ledger.LeaseBackendPort(b));
+    EXPECT_TRUE(ledger.AddBackendFlow(b));
+    g_now_ns += 10;
+    return b;
+  }
+
+  MemoryFlowTable clients_{FakeClockNs};
+  MemoryFlowTable backends_{FakeClockNs};
+};
+
+TEST_F(FlowLedgerTest, AcceptMarksTheClientEntryOrPutsItBack) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(7, "10.2.0.9", 9000);
+  clients_.InsertFromSyn(Client(40000), 7);
+  const FlowBooking b = ledger.Accept(route, Client(40000));
+  EXPECT_EQ(b.route, &route);
+  auto entry = clients_.Find(Client(40000));
+  ASSERT_TRUE(entry);
+  EXPECT_TRUE(entry->accepted);
+  EXPECT_EQ(entry->owner, kQueue);
+  EXPECT_EQ(entry->rule_id, 7u);
+
+  // Reaped before the accept (a slow handshake): entered again, or the client's next packets
+  // would reach the kernel.
+  ledger.Accept(route, Client(40001));
+  entry = clients_.Find(Client(40001));
+  ASSERT_TRUE(entry);
+  EXPECT_EQ(entry->owner, kQueue);
+}
+
+TEST_F(FlowLedgerTest, BackendLegGetsItsPortAndFlowBeforeItStarts) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking b = ledger.Accept(route, Client(40000));
+  ASSERT_TRUE(ledger.LeaseBackendPort(b));
+  EXPECT_EQ(b.backend_flow.saddr.s_addr, Ip("10.2.0.9").s_addr);
+  EXPECT_EQ(b.backend_flow.sport, 9000);
+  EXPECT_EQ(b.backend_flow.daddr.s_addr, Ip("10.1.0.1").s_addr);
+  EXPECT_EQ(b.backend_flow.dport, 2000) << "the first port of the range, FIFO";
+  EXPECT_FALSE(backends_.Find(b.backend_flow)) << "leasing enters nothing yet";
+  EXPECT_EQ(ledger.backend_ports_in_use(), 1u);
+  ASSERT_TRUE(ledger.AddBackendFlow(b));
+  const auto entry = backends_.Find(b.backend_flow);
+  ASSERT_TRUE(entry);
+  EXPECT_EQ(entry->owner, 0u) << "return traffic from backends is steered to worker 0";
+  EXPECT_EQ(entry->rule_id, 1u);
+}
+
+TEST_F(FlowLedgerTest, AFullFlowTableGivesThePortBack) {
+  FlowLedger ledger(Config({{2000, 2000}}));
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking b = ledger.Accept(route, Client(40000));
+  ASSERT_TRUE(ledger.LeaseBackendPort(b));
+  backends_.set_full(true);
+  EXPECT_FALSE(ledger.AddBackendFlow(b));
+  EXPECT_EQ(ledger.backend_ports_in_use(), 0u);
+  EXPECT_EQ(b.ports, nullptr);
+  backends_.set_full(false);
+  ledger.Close(b, 0);
+  EXPECT_EQ(ledger.lingering(), 1u) << "only the client entry: the backend leg never had one";
+}
+
+TEST_F(FlowLedgerTest, SourcesTakenInTurnAndSkippedWhenFull) {
+  FlowLedger ledger(Config({{2000, 2000}}));  // one port per (source, backend)
+  const FlowRoute route = Route(1, "10.2.0.9", 9000, {Ip("10.1.0.1"), Ip("10.1.0.2")});
+  FlowBooking a = ledger.Accept(route, Client(1));
+  FlowBooking b = ledger.Accept(route, Client(2));
+  FlowBooking c = ledger.Accept(route, Client(3));
+  ASSERT_TRUE(ledger.LeaseBackendPort(a));
+  ASSERT_TRUE(ledger.LeaseBackendPort(b));
+  EXPECT_NE(a.backend_flow.daddr.s_addr, b.backend_flow.daddr.s_addr);
+  EXPECT_FALSE(ledger.LeaseBackendPort(c)) << "both sources' only port is held";
+  ledger.ReleaseBackendPort(a);
+  ASSERT_TRUE(ledger.LeaseBackendPort(c)) << "a source with a free port is found whatever its turn";
+  EXPECT_EQ(c.backend_flow.daddr.s_addr, Ip("10.1.0.1").s_addr);
+  EXPECT_EQ(ledger.backend_ports_in_use(), 2u);
+}
+
+TEST_F(FlowLedgerTest, EntriesLingerThenGo) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking b = Open(ledger, route, 40000);
+  const FlowTuple backend_flow = b.backend_flow;
+  ledger.Close(b, 5000);
+  EXPECT_EQ(ledger.backend_ports_in_use(), 0u) << "the port goes back at the close";
+  EXPECT_EQ(ledger.lingering(), 2u);
+  EXPECT_FALSE(ledger.RemoveDue(5000 + kLingerMs - 1));
+  EXPECT_TRUE(clients_.Find(Client(40000)));
+  EXPECT_TRUE(backends_.Find(backend_flow));
+  EXPECT_TRUE(ledger.RemoveDue(5000 + kLingerMs));
+  EXPECT_FALSE(clients_.Find(Client(40000)));
+  EXPECT_FALSE(backends_.Find(backend_flow));
+  EXPECT_EQ(ledger.lingering(), 0u);
+}
+
+TEST_F(FlowLedgerTest, RefusedClientEntryLingersThenGoes) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  clients_.InsertFromSyn(Client(40000), 1);
+  g_now_ns += 10;
+  ledger.Refuse(route, Client(40000), 100);
+  EXPECT_FALSE(ledger.RemoveDue(100 + kLingerMs - 1));
+  EXPECT_TRUE(clients_.Find(Client(40000)));
+  EXPECT_TRUE(ledger.RemoveDue(100 + kLingerMs));
+  EXPECT_FALSE(clients_.Find(Client(40000)));
+}
+
+TEST_F(FlowLedgerTest, ClientReusingItsTupleAfterTheCloseKeepsItsNewerEntry) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking first = Open(ledger, route, 40000);
+  ledger.Close(first, 0);
+  g_now_ns += 10;
+  FlowBooking second = Open(ledger, route, 40000);  // same client 4-tuple, a new SYN
+  EXPECT_NE(second.backend_flow.dport, first.backend_flow.dport) << "FIFO: a fresh port";
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  const auto entry = clients_.Find(Client(40000));
+  ASSERT_TRUE(entry) << "the first connection's removal deleted the second's client entry";
+  EXPECT_TRUE(entry->accepted);
+  EXPECT_FALSE(backends_.Find(first.backend_flow)) << "the first leg's own entry goes";
+  EXPECT_TRUE(backends_.Find(second.backend_flow));
+}
+
+TEST_F(FlowLedgerTest, ReusedBackendPortKeepsItsEntry) {
+  FlowLedger ledger(Config({{2000, 2000}}));  // one port: the next leg reuses it at once
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking first = Open(ledger, route, 40000);
+  ledger.Close(first, 0);
+  FlowBooking second = Open(ledger, route, 40001);
+  ASSERT_EQ(second.backend_flow.dport, first.backend_flow.dport);
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  EXPECT_TRUE(backends_.Find(second.backend_flow))
+      << "the first leg's removal deleted the entry its port's new leg depends on";
+  EXPECT_FALSE(clients_.Find(Client(40000)));
+  // Once the second leg is over and its linger too, the entry goes.
+  ledger.Close(second, kLingerMs);
+  ASSERT_TRUE(ledger.RemoveDue(2 * kLingerMs));
+  EXPECT_FALSE(backends_.Find(second.backend_flow));
+  EXPECT_EQ(backends_.size(), 0u);
+  EXPECT_EQ(clients_.size(), 0u);
+}
+
+TEST_F(FlowLedgerTest, PortReusedTowardAnotherBackendLeavesEachItsEntry) {
+  FlowLedger ledger(Config({{2000, 2000}}));
+  const FlowRoute to_a = Route(1, "10.2.0.9", 9000);
+  const FlowRoute to_b = Route(2, "10.2.0.10", 9000);
+  FlowBooking a = Open(ledger, to_a, 40000);
+  FlowBooking b = Open(ledger, to_b, 40001);
+  EXPECT_EQ(a.backend_flow.dport, b.backend_flow.dport) << "one port space per backend";
+  EXPECT_EQ(a.backend_flow.daddr.s_addr, b.backend_flow.daddr.s_addr);
+  EXPECT_EQ(backends_.size(), 2u) << "the 4-tuples differ by backend";
+  ledger.Close(a, 0);
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  EXPECT_FALSE(backends_.Find(a.backend_flow));
+  EXPECT_TRUE(backends_.Find(b.backend_flow)) << "closing the leg to A removed B's entry";
+  EXPECT_EQ(ledger.backend_ports_in_use(), 1u);
+  // The port is free toward A again, still held toward B.
+  FlowBooking again = ledger.Accept(to_a, Client(40002));
+  EXPECT_TRUE(ledger.LeaseBackendPort(again));
+  FlowBooking refused = ledger.Accept(to_b, Client(40003));
+  EXPECT_FALSE(ledger.LeaseBackendPort(refused));
+  ledger.ReleaseBackendPort(again);
+  ledger.Close(b, 0);
+}
+
+TEST_F(FlowLedgerTest, DestructionRemovesWhatStillLingers) {
+  {
+    FlowLedger ledger(Config());
+    const FlowRoute route = Route(1, "10.2.0.9", 9000);
+    FlowBooking b = Open(ledger, route, 40000);
+    FlowBooking c = Open(ledger, route, 40001);
+    ledger.Close(b, 0);
+    ledger.Close(c, 0);
+    EXPECT_EQ(clients_.size(), 2u);
+    EXPECT_EQ(backends_.size(), 2u);
+  }
+  EXPECT_EQ(clients_.size(), 0u);
+  EXPECT_EQ(backends_.size(), 0u);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test

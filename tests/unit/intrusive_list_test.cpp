@@ -1,0 +1,75 @@
+// The relay's deadline lists: an element on two lists at once, O(1) moves, removal from
+// anywhere, and removal of what is on no list.
+#include "forwarder/intrusive_list.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace xdpfwd {
+namespace {
+
+struct ByAge;
+struct Waiting;
+struct Item : ListHook<Item, ByAge>, ListHook<Item, Waiting> {
+  int id = 0;
+};
+
+template <typename Tag>
+std::vector<int> Ids(const IntrusiveList<Item, Tag>& list) {
+  std::vector<int> out;
+  for (const Item* i = list.front(); i != nullptr;
+       i = static_cast<const ListHook<Item, Tag>*>(i)->next) {
+    out.push_back(i->id);
+  }
+  return out;
+}
+
+TEST(IntrusiveList, KeepsOrderThroughMovesAndRemovals) {
+  std::vector<Item> items(4);
+  for (int k = 0; k < 4; ++k) items[k].id = k;
+  IntrusiveList<Item, ByAge> by_age;
+  EXPECT_TRUE(by_age.empty());
+  for (Item& i : items) by_age.PushBack(i);
+  EXPECT_EQ(Ids(by_age), (std::vector<int>{0, 1, 2, 3}));
+  by_age.MoveToBack(items[0]);
+  by_age.MoveToBack(items[2]);
+  by_age.MoveToBack(items[2]);  // already at the back
+  EXPECT_EQ(Ids(by_age), (std::vector<int>{1, 3, 0, 2}));
+  by_age.Remove(items[3]);  // from the middle
+  by_age.Remove(items[1]);  // the front
+  by_age.Remove(items[2]);  // the back
+  EXPECT_EQ(Ids(by_age), (std::vector<int>{0}));
+  EXPECT_EQ(by_age.size(), 1u);
+  by_age.Remove(items[2]);  // on no list: nothing happens
+  EXPECT_EQ(by_age.size(), 1u);
+  by_age.Remove(items[0]);
+  EXPECT_TRUE(by_age.empty());
+  EXPECT_EQ(by_age.front(), nullptr);
+  by_age.PushBack(items[3]);
+  EXPECT_EQ(Ids(by_age), (std::vector<int>{3}));
+  by_age.Remove(items[3]);
+}
+
+TEST(IntrusiveList, AnElementIsOnEachKindOfListIndependently) {
+  std::vector<Item> items(3);
+  for (int k = 0; k < 3; ++k) items[k].id = k;
+  IntrusiveList<Item, ByAge> by_age;
+  IntrusiveList<Item, Waiting> waiting;
+  for (Item& i : items) by_age.PushBack(i);
+  waiting.PushBack(items[2]);
+  waiting.PushBack(items[0]);
+  EXPECT_TRUE(waiting.Contains(items[0]));
+  EXPECT_FALSE(waiting.Contains(items[1]));
+  by_age.Remove(items[0]);
+  EXPECT_EQ(Ids(by_age), (std::vector<int>{1, 2}));
+  EXPECT_EQ(Ids(waiting), (std::vector<int>{2, 0}));
+  waiting.Remove(items[2]);
+  waiting.Remove(items[0]);
+  by_age.Remove(items[1]);
+  by_age.Remove(items[2]);
+  EXPECT_TRUE(by_age.empty() && waiting.empty());
+}
+
+}  // namespace
+}  // namespace xdpfwd

@@ -1,0 +1,38 @@
+// The flow entries the fast path's relay keeps in a steering map, as a narrow interface: the
+// relay's bookkeeping depends on this, not on the BPF loader. SteerProgram (xdp/steer.h)
+// implements it over its flow map; tests implement it in memory.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "os/result.h"
+
+namespace xdpfwd {
+
+// A flow's 4-tuple as its packets arrive (source first); ports in host order.
+struct FlowTuple {
+  in_addr saddr{};
+  in_addr daddr{};
+  uint16_t sport = 0;
+  uint16_t dport = 0;
+};
+
+class FlowTable {
+ public:
+  virtual ~FlowTable() = default;
+
+  // Enters (or overwrites) a flow served by worker `owner`, stamped with the time of insertion.
+  virtual Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) = 0;
+  // Flags an existing client flow as taken by the worker (so the stray reaper leaves it alone)
+  // and stamps it anew. An error if the entry is gone.
+  virtual Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) = 0;
+  virtual Result<void> RemoveFlow(const FlowTuple& tuple) = 0;
+  // When the tuple's entry was stamped (CLOCK_MONOTONIC ns, the clock bpf_ktime_get_ns reads),
+  // or nullopt if there is none.
+  virtual std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const = 0;
+};
+
+}  // namespace xdpfwd
