@@ -57,8 +57,8 @@ int ReadSysctl(const char* path, int fallback) {
   return value;
 }
 
-// The kernel path takes over its own TIME_WAIT 4-tuples when the kernel runs out of ports
-// towards a backend, which the kernel allows only when the backend sent TCP timestamps
+// The kernel path takes over its own TIME_WAIT 4-tuples once many of a backend's are taken,
+// which the kernel allows only when the backend sent TCP timestamps
 // (tcp_twsk_unique). Say so at start when this host turned them off; users never need to
 // change a sysctl otherwise.
 void NoteTimeWaitSettings(const kernel_path::LocalPorts& ports) {
@@ -74,8 +74,8 @@ void NoteTimeWaitSettings(const kernel_path::LocalPorts& ports) {
         "); more --backend-source addresses raise it");
     return;
   }
-  LogDetail("kernel path: backend local ports " + range + ", chosen by the kernel until none is " +
-            "left, then here, taking over TIME_WAIT 4-tuples (tcp_timestamps=" +
+  LogDetail("kernel path: backend local ports " + range + ", chosen by the kernel while few are " +
+            "taken towards a backend, then here, taking over TIME_WAIT 4-tuples (tcp_timestamps=" +
             std::to_string(timestamps) + ", tcp_tw_reuse=" + std::to_string(tw_reuse) + ")");
 }
 
@@ -87,7 +87,9 @@ std::string KernelPathTotals::Format() const {
          " splice_calls=" + std::to_string(splice_calls) +
          " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors) +
          " empty_polls=" + std::to_string(empty_polls) +
-         " own_port_connects=" + std::to_string(own_port_connects);
+         " own_port_connects=" + std::to_string(own_port_connects) +
+         " port_retries=" + std::to_string(port_retries) +
+         " kernel_no_port=" + std::to_string(kernel_no_port);
 }
 
 KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
@@ -130,11 +132,9 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
   // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
   for (int i = 0; i < threads; ++i) {
     path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
-    // Each thread starts its own port cursor at a different part of the range.
-    const uint32_t offset = static_cast<uint32_t>(uint64_t{ports->size()} * i / threads);
     auto loop =
         kernel_path::Loop::Create(path->config_, path->open_connections_, *path->counters_.back(),
-                                  kernel_path::BackendConnector(path->config_, *ports, offset));
+                                  kernel_path::BackendConnector(path->config_, *ports, i, threads));
     if (!loop) return loop.error();
     path->loops_.push_back(std::move(*loop));
   }
@@ -169,6 +169,8 @@ KernelPathTotals KernelPath::Totals() const {
     sum.errors += t.errors;
     sum.empty_polls += t.empty_polls;
     sum.own_port_connects += t.own_port_connects;
+    sum.port_retries += t.port_retries;
+    sum.kernel_no_port += t.kernel_no_port;
   }
   return sum;
 }

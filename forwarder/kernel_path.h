@@ -46,9 +46,16 @@ struct KernelPathTotals {
   uint64_t splice_bytes = 0, copy_bytes = 0;
   uint64_t splice_calls = 0, copy_calls = 0;
   uint64_t errors = 0;  // unexpected syscall failures on the data path
-  // Backend connects on a local port this path chose itself, taking over one of its own
-  // TIME_WAIT 4-tuples, because the kernel's choice had none left (docs/kernel-path.md).
+  // Backend connects on a local port this path chose itself (least recently used first,
+  // taking over its own TIME_WAIT 4-tuples), because many of the (source, backend) pair's
+  // 4-tuples were taken and the kernel's choice scans them one by one (docs/kernel-path.md).
   uint64_t own_port_connects = 0;
+  // Backend connect attempts beyond the first of a connection: a port chosen here that was
+  // refused (EADDRINUSE, EADDRNOTAVAIL), or the kernel's choice after that. Near 0 when
+  // choosing ports is O(1).
+  uint64_t port_retries = 0;
+  // The kernel's choice found no local port at all (it scanned the whole range).
+  uint64_t kernel_no_port = 0;
   // epoll_wait calls that returned no event: a deadline's wake-up when sleeping, every spin of
   // the loop when busy-polling.
   uint64_t empty_polls = 0;

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -16,16 +17,26 @@
 namespace xdpfwd::kernel_path {
 namespace {
 
-// How long a TIME_WAIT socket lives on Linux (TCP_TIMEWAIT_LEN, not a sysctl). Once the
-// kernel's choice has failed for a (source, backend) pair, its TIME_WAIT sockets of the last
-// minute are what fills the range, so trying the kernel again sooner would fail again, and a
-// failed choice is expensive: the kernel scans the whole range (3.4 ms per connect measured with
-// 28,232 ports in TIME_WAIT).
-constexpr auto kTimeWaitLength = std::chrono::seconds(60);
-// Ports tried for one connection before it ends as backend_no_port. A port is refused only
-// while its 4-tuple is connected or in TIME_WAIT without timestamps; the cursor visits the
-// port used longest ago first, so with timestamps the first try is taken nearly always.
-constexpr int kOwnPortAttempts = 64;
+// A thread chooses ports itself once this share of its slice of the range is taken towards
+// a (source, backend) pair (live, or TIME_WAIT of the last minute), and gives the choice back
+// to the kernel below the second share. Why so early: the kernel's choice tries even ports
+// first, from a cursor, and checks each against the established and TIME_WAIT hash
+// (__inet_hash_connect, __inet_check_established). Measured, one thread, client closing first,
+// 16 at a time: 3,000 connections/s while the 28,232-port range filled, 300/s once 15,000 of
+// its ports were TIME_WAIT (every even port), with 90 % of the forwarder's CPU in that scan.
+// Below a quarter it is cheap; the gap between the two shares keeps a pair from flapping.
+constexpr uint32_t kChooseAbove = 4;  // taken >= slice / 4
+constexpr uint32_t kKernelBelow = 8;  // taken <= slice / 8
+// Ports tried for one connection before the kernel is asked instead. With timestamps from the
+// backend the first port is taken nearly always (it was released longest ago; a TIME_WAIT
+// 4-tuple is taken over); a port is refused only while its 4-tuple is live (a kernel-chosen
+// leg of ours, another program's) or in TIME_WAIT without timestamps.
+constexpr int kOwnPortAttempts = 8;
+// After the kernel's choice found no port at all (a scan of the whole range, 3.4 ms with
+// 28,232 ports), it is not asked again for this pair for a second.
+constexpr auto kKernelRetryAfter = std::chrono::seconds(1);
+// TCP_TIMEWAIT_LEN on Linux (not a sysctl).
+constexpr int64_t kTimeWaitSeconds = 60;
 
 bool ReadFile(const char* path, std::string& out) {
   std::ifstream in(path);
@@ -121,68 +132,213 @@ Result<void> CheckBackendSources(const std::vector<in_addr>& sources) {
   return {};
 }
 
-BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts ports,
-                                   uint32_t first_port_offset)
-    : ports_(std::move(ports)), cursor_(ports_.size() ? first_port_offset % ports_.size() : 0) {
+void BackendConnector::TimeWaitWindow::Advance(int64_t second) {
+  if (second <= second_) return;
+  if (second - second_ >= kTimeWaitSeconds) {
+    by_second_.fill(0);
+    total_ = 0;
+  } else {
+    for (int64_t s = second_ + 1; s <= second; ++s) {
+      uint32_t& bucket = by_second_[static_cast<size_t>(s % kTimeWaitSeconds)];
+      total_ -= bucket;
+      bucket = 0;
+    }
+  }
+  second_ = second;
+}
+
+void BackendConnector::TimeWaitWindow::Add(Clock::time_point now) {
+  Advance(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+  ++by_second_[static_cast<size_t>(second_ % kTimeWaitSeconds)];
+  ++total_;
+}
+
+uint32_t BackendConnector::TimeWaitWindow::Count(Clock::time_point now) {
+  Advance(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+  return total_;
+}
+
+void BackendConnector::PortQueue::Assign(std::vector<uint16_t> ports) {
+  ring_ = std::move(ports);
+  head_ = 0;
+  count_ = ring_.size();
+}
+
+uint16_t BackendConnector::PortQueue::Pop() {
+  const uint16_t port = ring_[head_];
+  head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+  --count_;
+  return port;
+}
+
+// Every port is either in the ring or held by one lease, so the ring never overflows.
+void BackendConnector::PortQueue::Push(uint16_t port) {
+  size_t tail = head_ + count_;
+  if (tail >= ring_.size()) tail -= ring_.size();
+  ring_[tail] = port;
+  ++count_;
+}
+
+BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts ports, int thread,
+                                   int threads) {
+  // This thread's slice: a contiguous share of the range, less the reserved ports.
+  std::vector<uint16_t> slice;
+  const uint64_t n = ports.size();
+  const uint64_t begin = n * static_cast<uint64_t>(thread) / static_cast<uint64_t>(threads);
+  const uint64_t end = n * static_cast<uint64_t>(thread + 1) / static_cast<uint64_t>(threads);
+  for (uint64_t offset = begin; offset < end; ++offset) {
+    if (!ports.reserved[offset]) slice.push_back(static_cast<uint16_t>(ports.low + offset));
+  }
+  slice_ = static_cast<uint32_t>(slice.size());
+
   for (const Rule& rule : config.rules) {
-    Route route;
-    route.rule = &rule;
+    std::vector<SocketAddress> sources;
     // --backend-source is IPv4: an IPv6 backend keeps the route's source.
     if (rule.backend.is_ipv4()) {
-      for (const in_addr& s : config.backend_sources) {
-        route.sources.push_back(Source{FromEndpoint(Endpoint{s, 0}), {}});
-      }
+      for (const in_addr& s : config.backend_sources) sources.push_back(FromEndpoint(Endpoint{s, 0}));
     }
-    if (route.sources.empty()) route.sources.push_back(Source{});
+    if (sources.empty()) sources.push_back(SocketAddress{});
+    Route route;
+    for (const SocketAddress& source : sources) {
+      route.pairs.push_back(static_cast<uint32_t>(pairs_.size()));
+      Pair& pair = pairs_.emplace_back();
+      pair.rule = &rule;
+      pair.source = source;
+      pair.own_source = source;
+      pair.ports.Assign(slice);
+    }
     routes_.push_back(std::move(route));
   }
 }
 
 BackendSocket BackendConnector::Connect(size_t rule_index, Clock::time_point now) {
   Route& route = routes_[rule_index];
-  Source& source = route.sources[route.next_source];
-  route.next_source = (route.next_source + 1) % route.sources.size();
-  if (now < source.own_ports_until) return ConnectOwnPort(*route.rule, source);
-
-  BackendSocket s = Open(*route.rule, source, 0);
-  if (s.err != EADDRNOTAVAIL || ports_.size() == 0) return s;
-  // Every port of the range is taken towards this backend: by live connections, or, in the
-  // "client closes first" order where this side closes first towards the backend, by its
-  // own TIME_WAIT sockets (60 s each).
-  source.own_ports_until = now + kTimeWaitLength;
-  if (!told_) {
-    told_ = true;
-    Log("kernel path: no local port left towards " + ToString(route.rule->backend) +
-        (source.address.family() == AF_UNSPEC ? "" : " from " + ToString(source.address)) +
-        "; choosing ports here and taking over TIME_WAIT 4-tuples for the next minute");
-  }
-  return ConnectOwnPort(*route.rule, source);
-}
-
-BackendSocket BackendConnector::ConnectOwnPort(const Rule& rule, const Source& source) {
-  BackendSocket s;
-  s.err = EADDRNOTAVAIL;
-  const uint32_t n = ports_.size();
-  for (int attempt = 0, skipped = 0; attempt < kOwnPortAttempts && skipped < int(n);) {
-    const uint32_t offset = cursor_;
-    cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
-    if (ports_.reserved[offset]) {
-      ++skipped;
-      continue;
+  const uint32_t index = route.pairs[route.next];
+  route.next = (route.next + 1) % route.pairs.size();
+  Pair& pair = pairs_[index];
+  Choose(pair, now);
+  BackendSocket s =
+      pair.choosing ? ConnectOwnPort(pair, now) : ConnectKernelPort(pair, now);
+  if (s.err == 0) {
+    // Once per pair, and again after a fallback to the kernel's choice (the route may have
+    // changed: that is when a bound source would fail).
+    const bool fallback = pair.choosing;
+    if (s.lease.port == 0 && (pair.own_source.family() == AF_UNSPEC || fallback)) {
+      LearnSource(pair, s.fd.get());
     }
-    ++attempt;
-    s = Open(rule, source, static_cast<uint16_t>(ports_.low + offset));
-    s.own_port = true;
-    // EADDRINUSE: bound by a socket without SO_REUSEADDR, or a listener. EADDRNOTAVAIL: the
-    // 4-tuple is live, or in TIME_WAIT without timestamps. Both: another port may do.
-    if (s.err != EADDRINUSE && s.err != EADDRNOTAVAIL) return s;
+    s.lease = BackendLease{index, s.lease.port};
+    ++pair.live;
+  } else if (s.err == EADDRNOTAVAIL && !pair.told_no_port) {
+    pair.told_no_port = true;
+    Log("kernel path: no local port left towards " + ToString(pair.rule->backend) +
+        (pair.source.family() == AF_UNSPEC ? "" : " from " + ToString(pair.source)) +
+        " (every 4-tuple live, or in TIME_WAIT without TCP timestamps from the backend); "
+        "connections end as backend_no_port");
   }
-  s.err = EADDRNOTAVAIL;
   return s;
 }
 
-BackendSocket BackendConnector::Open(const Rule& rule, const Source& source, uint16_t port) {
+void BackendConnector::Release(const BackendLease& lease, bool time_wait, Clock::time_point now) {
+  if (!lease.held()) return;
+  Pair& pair = pairs_[lease.pair];
+  --pair.live;
+  if (time_wait) pair.time_wait.Add(now);
+  if (lease.port != 0) pair.ports.Push(lease.port);
+}
+
+void BackendConnector::Choose(Pair& pair, Clock::time_point now) {
+  if (slice_ == 0) return;  // the range is unknown: the kernel's choice only
+  const uint32_t taken = pair.live + pair.time_wait.Count(now);
+  if (!pair.choosing && taken >= std::max(1u, slice_ / kChooseAbove)) {
+    pair.choosing = true;
+    if (!pair.told_choosing) {
+      pair.told_choosing = true;
+      Log("kernel path: " + std::to_string(taken) + " of this thread's " +
+          std::to_string(slice_) + " local ports towards " + ToString(pair.rule->backend) +
+          (pair.source.family() == AF_UNSPEC ? "" : " from " + ToString(pair.source)) +
+          " are live or in TIME_WAIT; choosing ports here (least recently used first, taking "
+          "over TIME_WAIT 4-tuples) until fewer are");
+    }
+  } else if (pair.choosing && taken <= slice_ / kKernelBelow && now >= pair.kernel_again) {
+    pair.choosing = false;
+  }
+}
+
+BackendSocket BackendConnector::ConnectKernelPort(Pair& pair, Clock::time_point now) {
+  BackendSocket s = Open(pair, 0);
+  if (s.err != EADDRNOTAVAIL || slice_ == 0) return s;
+  // The kernel found no port at all (the range is full of live or TIME_WAIT 4-tuples towards
+  // this backend, some of them perhaps other programs'): choose here from now on.
+  pair.choosing = true;
+  pair.kernel_again = now + kKernelRetryAfter;
+  BackendSocket own = ConnectOwnPort(pair, now);
+  own.kernel_no_port = true;
+  ++own.retries;
+  return own;
+}
+
+BackendSocket BackendConnector::ConnectOwnPort(Pair& pair, Clock::time_point now) {
   BackendSocket s;
+  s.err = EADDRNOTAVAIL;
+  uint32_t refused = 0;
+  for (int attempt = 0; attempt < kOwnPortAttempts && !pair.ports.empty(); ++attempt) {
+    const uint16_t port = pair.ports.Pop();
+    s = Open(pair, port);
+    if (s.err == 0) {
+      s.lease.port = port;
+      s.retries = refused;
+      return s;
+    }
+    pair.ports.Push(port);  // its turn comes again after every other port's
+    // EADDRINUSE: bound by a socket without SO_REUSEADDR, or a listener. EADDRNOTAVAIL: the
+    // 4-tuple is live, or in TIME_WAIT without timestamps. Both: another port may do.
+    if (s.err != EADDRINUSE && s.err != EADDRNOTAVAIL) {
+      s.retries = refused;
+      return s;
+    }
+    ++refused;
+  }
+  // Every port tried was refused, or all of this slice's are live: the kernel may still find
+  // one elsewhere in the range (other threads' slices).
+  if (now >= pair.kernel_again) {
+    s = Open(pair, 0);
+    s.retries = refused;
+    if (s.err == EADDRNOTAVAIL) {
+      s.kernel_no_port = true;
+      pair.kernel_again = now + kKernelRetryAfter;
+    }
+    return s;
+  }
+  s.fd.reset();
+  s.err = EADDRNOTAVAIL;
+  s.retries = refused;
+  return s;
+}
+
+// Ports chosen here are bound to the route's source address, not the wildcard: a wildcard bind
+// conflicts with every socket on that port from any local address that lacks SO_REUSEADDR
+// (other programs' connections and their TIME_WAITs), a specific one only with those on the
+// same address. Measured on this shared machine, where other benchmarks left 80,000 TIME_WAIT
+// sockets in the namespace: the wildcard bind failed (EADDRINUSE) for half the ports.
+void BackendConnector::LearnSource(Pair& pair, int fd) {
+  if (pair.source.family() != AF_UNSPEC) return;  // --backend-source
+  SocketAddress local;
+  local.length = sizeof(local.storage);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local.storage), &local.length) != 0) return;
+  if (local.family() == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(&local.storage)->sin_port = 0;
+  } else if (local.family() == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&local.storage)->sin6_port = 0;
+  } else {
+    return;
+  }
+  pair.own_source = local;
+}
+
+BackendSocket BackendConnector::Open(const Pair& pair, uint16_t port) {
+  BackendSocket s;
+  const Rule& rule = *pair.rule;
+  const SocketAddress& source = port != 0 ? pair.own_source : pair.source;
   const int family = rule.backend.family();
   s.fd.reset(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!s.fd) {
@@ -197,12 +353,12 @@ BackendSocket BackendConnector::Open(const Rule& rule, const Source& source, uin
   // only if both have it (measured: EADDRINUSE otherwise). Without a bound port it changes
   // nothing: the kernel's own choice ignores it.
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (port != 0 || source.address.family() != AF_UNSPEC) {
+  if (port != 0 || source.family() != AF_UNSPEC) {
     // With port 0, bind only fixes the address and the kernel picks the port at connect, per
     // 4-tuple: one port can serve many backends at once. Without this option bind would take
     // a port for this address alone.
     if (port == 0) setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-    const SocketAddress local = WithPort(source.address, family, port);
+    const SocketAddress local = WithPort(source, family, port);
     if (bind(fd, local.get(), local.length) != 0) {
       s.err = errno;
       s.fd.reset();

@@ -36,6 +36,9 @@ struct Loop::Connection {
   Direction to_backend, to_client;
   ConnectionList::iterator self;  // in connecting_, relaying_ or ended_
   Clock::time_point since;        // connect start while connecting, then the last byte relayed
+  BackendLease lease;  // the backend leg's local port, given back at Finish
+  // We shut the backend leg down before its FIN arrived: its 4-tuple ends in TIME_WAIT here.
+  bool backend_closed_first = false;
   bool connecting = true;
   bool ended = false;
   bool queued = false;  // in turns_
@@ -290,13 +293,16 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule) {
 
   BackendSocket backend =
       connector_.Connect(static_cast<size_t>(&rule - config_.rules.data()), now_);
-  if (backend.own_port) Add(counters_.own_port_connects);
+  if (backend.lease.port != 0) Add(counters_.own_port_connects);
+  if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
+  if (backend.kernel_no_port) Add(counters_.kernel_no_port);
   if (backend.err != 0) {
     if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
     // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
     return Finish(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
   }
   c.backend.fd = std::move(backend.fd);
+  c.lease = backend.lease;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
@@ -361,8 +367,14 @@ void Loop::Relay(Connection& c) {
         return std::nullopt;
     }
   };
+  const bool backend_open = !c.to_backend.finished();
   const PumpResult up = c.to_backend.Pump(c.client, c.backend, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_backend, up.bytes);
+  if (backend_open && c.to_backend.finished()) {
+    // The backend's FIN announced (RDHUP) or read: it closed first, and its side keeps the
+    // TIME_WAIT. Otherwise ours will (the client closed first).
+    c.backend_closed_first = !c.backend.hung_up && !c.to_client.source_ended();
+  }
   if (auto why = failure(up, End::kClientReset, End::kBackendReset)) return Finish(c, *why);
   const PumpResult down = c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_client, down.bytes);
@@ -434,6 +446,8 @@ void Loop::Finish(Connection& c, End why) {
   } else {
     ResetClose(c.backend.fd);
   }
+  connector_.Release(c.lease, why == End::kCompleted && c.backend_closed_first, now_);
+  c.lease = BackendLease{};
   c.to_backend.Release(pump_);
   c.to_client.Release(pump_);
   if (c.queued) {

@@ -36,6 +36,8 @@ KernelPathTotals PathCounters::Snapshot() const {
   t.errors = errors.load(std::memory_order_relaxed);
   t.empty_polls = empty_polls.load(std::memory_order_relaxed);
   t.own_port_connects = own_port_connects.load(std::memory_order_relaxed);
+  t.port_retries = port_retries.load(std::memory_order_relaxed);
+  t.kernel_no_port = kernel_no_port.load(std::memory_order_relaxed);
   return t;
 }
 

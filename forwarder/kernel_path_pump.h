@@ -25,6 +25,8 @@ struct PathCounters {
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> empty_polls{0};
   std::atomic<uint64_t> own_port_connects{0};
+  std::atomic<uint64_t> port_retries{0};
+  std::atomic<uint64_t> kernel_no_port{0};
 
   KernelPathTotals Snapshot() const;
 };
@@ -116,6 +118,7 @@ class Direction {
   // `budget` bytes have been written. Never blocks.
   PumpResult Pump(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
   bool finished() const { return finished_; }
+  bool source_ended() const { return eof_; }  // the source's EOF has been read
   bool splicing() const { return splice_; }
   // Returns an empty pipe or buffer to the pools; one still holding bytes is dropped. For a
   // connection that is ending.

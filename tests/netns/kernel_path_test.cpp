@@ -3,7 +3,8 @@
 // server namespace. Covers bulk both ways at once (splice and copy), many concurrent
 // connections, half-close, resets in both directions, refused and silent backends, the idle
 // timeout, max_connections, IPv6 and mixed-family rules, busy-polling, start-up errors, and
-// descriptors.
+// descriptors. The backend-port tests (xdpfwd in a namespace with a tiny port range) are in
+// kernel_path_ports_test.cpp.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,10 +23,7 @@
 #include <filesystem>
 #include <functional>
 #include <future>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -36,7 +34,6 @@
 #include "tests/support/backend.h"
 #include "tests/support/child_process.h"
 #include "tests/support/connection_ends.h"
-#include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
 
@@ -831,220 +828,6 @@ TEST_F(KernelPathTest, StopClosesEveryDescriptor) {
     EXPECT_EQ(busy_end.err, ECONNRESET) << "after " << busy_end.bytes << " bytes";
   }
   EXPECT_EQ(OpenFds(), fds_before);
-}
-
-// The xdpfwd binary with the kernel path, run inside the topology's client namespace, so that
-// the namespace's own net.ipv4.ip_local_port_range (set tiny here, never the machine's) bounds
-// the local ports of its backend legs. Clients connect from the root namespace to the client
-// namespace's address; backend legs go through the root namespace to the server namespace.
-class KernelPathPortsTest : public ::testing::Test {
- protected:
-  static constexpr int kPorts = 50;  // 40000-40049
-
-  void SetUp() override {
-    const CommandResult r =
-        topo_.Run(topo_.client_ns(), "sysctl -q -w net.ipv4.ip_local_port_range='40000 40049'");
-    ASSERT_EQ(r.status, 0) << r.output;
-  }
-
-  void StartForwarder(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv{"/usr/sbin/ip",
-                                  "netns",
-                                  "exec",
-                                  topo_.client_ns(),
-                                  ForwarderProcess::BinaryPath(),
-                                  "--path",
-                                  "kernel",
-                                  "--threads",
-                                  "2"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back(ToString(Address(topo_.client_addr(), kListenPort)));
-    argv.push_back(ToString(Address(topo_.server_addr(), kBackendPort)));
-    forwarder_ = std::make_unique<ChildProcess>(argv);  // `ip netns exec` execs: same PID
-    ASSERT_TRUE(forwarder_->WaitForLine("xdpfwd: ready:", 10s)) << forwarder_->output();
-  }
-
-  // The kernel path's counters, from the line SIGUSR1 prints.
-  std::map<std::string, uint64_t> Stats() {
-    const size_t from = forwarder_->output().size();
-    forwarder_->Signal(SIGUSR1);
-    // The counters line: other log lines start "xdpfwd: kernel path: " too.
-    EXPECT_TRUE(forwarder_->WaitForLine("xdpfwd: kernel path: accepted=", 10s));
-    forwarder_->WaitForLine("\n", 2s);
-    std::map<std::string, uint64_t> stats;
-    const std::string text = forwarder_->output().substr(from);
-    const size_t line = text.find("xdpfwd: kernel path: accepted=");
-    if (line == std::string::npos) return stats;
-    std::istringstream words(text.substr(line, text.find('\n', line) - line));
-    for (std::string w; words >> w;) {
-      const size_t eq = w.find('=');
-      if (eq != std::string::npos)
-        stats["kernel." + w.substr(0, eq)] = std::stoull(w.substr(eq + 1));
-    }
-    return stats;
-  }
-
-  // One client-closes-first connection from the root namespace: a request the backend echoes,
-  // the client's FIN, then the whole echo and the backend's FIN. "" when every byte came back
-  // in order; otherwise what went wrong.
-  std::string ClientClosesFirst(uint64_t seed) {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    BoundWaits(fd.get());
-    const SocketAddress to = Address(topo_.client_addr(), kListenPort);
-    if (connect(fd.get(), to.get(), to.length) != 0)
-      return std::string("connect: ") + strerror(errno);
-    constexpr uint64_t kRequest = 3000;
-    try {
-      const StreamStats sent = SendPattern(fd.get(), seed, kRequest);  // ends with SHUT_WR
-      const Ending end = ReadToEnd(fd.get(), 20s);
-      if (end.err != 0) return std::string("echo: ") + strerror(end.err);
-      if (end.bytes != kRequest) return "echo: " + std::to_string(end.bytes) + " bytes";
-      (void)sent;
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
-  }
-
-  // `total` connections, `concurrency` at a time; every byte of each is checked: the backend
-  // compares the request with the pattern, the client counts the echo.
-  std::vector<std::string> RunClients(int total, int concurrency) {
-    std::vector<std::string> failures;
-    std::mutex mu;
-    std::atomic<int> next{0};
-    std::vector<std::thread> workers;
-    for (int w = 0; w < concurrency; ++w) {
-      workers.emplace_back([&] {
-        for (int i = next++; i < total; i = next++) {
-          const std::string f = ClientClosesFirst(1000 + static_cast<uint64_t>(i));
-          if (f.empty()) continue;
-          std::lock_guard<std::mutex> lock(mu);
-          failures.push_back("connection " + std::to_string(i) + ": " + f);
-        }
-      });
-    }
-    for (std::thread& t : workers) t.join();
-    return failures;
-  }
-
-  UniqueFd BackendListener() const {
-    return TcpListen(topo_.server_ns(), topo_.server_addr(), kBackendPort);
-  }
-
-  // Echoes each request, and counts where it came from and the bytes.
-  Backend::Serve CheckingEcho() {
-    return [this](int fd) {
-      sockaddr_in peer{};
-      socklen_t len = sizeof(peer);
-      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
-      const StreamStats echoed = EchoUntilEof(fd);
-      std::lock_guard<std::mutex> lock(peers_mu_);
-      ++peers_[ToString(peer.sin_addr)];
-      bytes_echoed_ += echoed.bytes;
-    };
-  }
-
-  Topology topo_;
-  std::unique_ptr<ChildProcess> forwarder_;
-  std::mutex peers_mu_;
-  std::map<std::string, int> peers_;
-  uint64_t bytes_echoed_ = 0;
-};
-
-// Issue #11: with the client closing first, each backend leg ends in TIME_WAIT on the
-// forwarder for 60 s, and the kernel's port choice ran out after exactly the range's size
-// (28,232 in the root namespace; 50 here). Eight times the range, eight at a time: none may fail.
-TEST_F(KernelPathPortsTest, ClientClosesFirstFarBeyondThePortRange) {
-  Backend backend(BackendListener(), CheckingEcho());
-  StartForwarder();
-  constexpr int kConnections = 8 * kPorts;
-  const std::vector<std::string> failures = RunClients(kConnections, 8);
-  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front() << "\n"
-                                << forwarder_->output();
-  ASSERT_TRUE(backend.WaitServed(kConnections)) << backend.served();
-  EXPECT_EQ(bytes_echoed_, uint64_t{kConnections} * 3000);
-  std::map<std::string, uint64_t> s;
-  ASSERT_TRUE(Eventually([&] {
-    s = Stats();
-    return s["kernel.completed"] == kConnections && s["kernel.active"] == 0;
-  })) << forwarder_->output();
-  EXPECT_EQ(s["kernel.backend_no_port"], 0u);
-  EXPECT_EQ(s["kernel.backend_error"], 0u);
-  EXPECT_GT(s["kernel.own_port_connects"], 0u)
-      << "the range never ran out: the test proves nothing";
-  ExpectEachEndedOnce(RelayFromStats(s, "kernel."), forwarder_->output());
-}
-
-// --backend-source: legs alternate between the two addresses (each thread in turn), and each
-// address brings its own port range.
-TEST_F(KernelPathPortsTest, BackendSourcesTakeTurns) {
-  const uint32_t base = ntohl(topo_.client_addr().s_addr) & 0xffffff00u;
-  in_addr a{}, b{};
-  a.s_addr = htonl(base | 10);
-  b.s_addr = htonl(base | 11);
-  for (const in_addr& x : {a, b}) {
-    const CommandResult r =
-        topo_.Run(topo_.client_ns(), "ip addr add " + ToString(x) + "/24 dev eth0");
-    ASSERT_EQ(r.status, 0) << r.output;
-  }
-  Backend backend(BackendListener(), CheckingEcho());
-  StartForwarder({"--backend-source", ToString(a) + "," + ToString(b)});
-  constexpr int kConnections = 4 * kPorts;  // twice the two sources' ports
-  const std::vector<std::string> failures = RunClients(kConnections, 1);
-  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
-  ASSERT_TRUE(backend.WaitServed(kConnections));
-  std::lock_guard<std::mutex> lock(peers_mu_);
-  EXPECT_EQ(peers_.size(), 2u);
-  // Two loop threads, each alternating: the split is even to within one per thread.
-  EXPECT_NEAR(peers_[ToString(a)], kConnections / 2, 2);
-  EXPECT_NEAR(peers_[ToString(b)], kConnections / 2, 2);
-}
-
-// A source address this host does not have fails at start, with the address in the message.
-TEST_F(KernelPathPortsTest, ForeignBackendSourceFailsAtStart) {
-  RunResult r = RunProgram({"/usr/sbin/ip", "netns", "exec", topo_.client_ns(),
-                            ForwarderProcess::BinaryPath(), "--path", "kernel", "--backend-source",
-                            "192.0.2.7", ToString(Address(topo_.client_addr(), kListenPort)),
-                            ToString(Address(topo_.server_addr(), kBackendPort))},
-                           10s);
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("--backend-source 192.0.2.7 (not an address of this host): Cannot "
-                          "assign requested address"),
-            std::string::npos)
-      << r.output;
-}
-
-// Without TCP timestamps from the backend the kernel refuses to hand over a TIME_WAIT 4-tuple,
-// so ports do run out; that must be counted as its own end reason (and the client reset), not
-// hidden in backend_error.
-TEST_F(KernelPathPortsTest, ExhaustionWithoutTimestampsIsCounted) {
-  const CommandResult r = topo_.Run(topo_.server_ns(), "sysctl -q -w net.ipv4.tcp_timestamps=0");
-  ASSERT_EQ(r.status, 0) << r.output;
-  Backend backend(BackendListener(), CheckingEcho());
-  StartForwarder();
-  constexpr int kConnections = 2 * kPorts;
-  const std::vector<std::string> failures = RunClients(kConnections, 1);
-  std::map<std::string, uint64_t> s;
-  ASSERT_TRUE(Eventually([&] {
-    s = Stats();
-    // Each counter is written by its loop thread; active drops last.
-    return s["kernel.completed"] + s["kernel.backend_no_port"] == kConnections &&
-           s["kernel.active"] == 0;
-  })) << forwarder_->output();
-  EXPECT_EQ(s["kernel.completed"], uint64_t{kPorts});
-  EXPECT_EQ(s["kernel.backend_no_port"], uint64_t{kPorts});
-  EXPECT_EQ(s["kernel.backend_error"], 0u);
-  EXPECT_EQ(failures.size(), size_t{kPorts});
-  // The reset reaches the client at any point of its exchange: on send, on shutdown, on recv.
-  for (const std::string& f : failures) {
-    EXPECT_TRUE(f.find("reset by peer") != std::string::npos ||
-                f.find("not connected") != std::string::npos ||
-                f.find("Broken pipe") != std::string::npos)
-        << f;
-  }
-  EXPECT_NE(forwarder_->output().find("no local port left towards"), std::string::npos)
-      << forwarder_->output();
-  ExpectEachEndedOnce(RelayFromStats(s, "kernel."), forwarder_->output());
 }
 
 }  // namespace

@@ -23,9 +23,12 @@ std::string ForwarderProcess::BinaryPath() {
 
 ForwarderProcess::ForwarderProcess(const std::string& path, const std::string& listen,
                                    const std::string& backend,
-                                   const std::vector<std::string>& extra)
+                                   const std::vector<std::string>& extra, const std::string& netns)
     : path_(path) {
-  std::vector<std::string> argv{BinaryPath(), "--path", path};
+  std::vector<std::string> argv;
+  // `ip netns exec` execs the program: the child's PID is xdpfwd's.
+  if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};
+  argv.insert(argv.end(), {BinaryPath(), "--path", path});
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(listen);
   argv.push_back(backend);
@@ -44,11 +47,22 @@ ForwarderProcess::~ForwarderProcess() {
   }
 }
 
+namespace {
+
+// The counter lines SIGUSR1 prints, each "<prefix><first relay counter>=...". The first
+// counter is part of the match because the kernel path logs other lines starting
+// "xdpfwd: kernel path: " (a port range running out, the open-file limit) at any time.
+constexpr const char* kFastLine = "xdpfwd: fast path: accepted=";
+constexpr const char* kKernelLine = "xdpfwd: kernel path: accepted=";
+constexpr const char* kSteerLine = "xdpfwd: steering: ";
+
+}  // namespace
+
 std::map<std::string, uint64_t> ForwarderProcess::Stats() {
   const size_t from = child_->output().size();
   child_->Signal(SIGUSR1);
   // The kernel path's line comes last when it runs, the steering line last otherwise.
-  const std::string last = path_ == "xdp" ? "xdpfwd: steering: " : "xdpfwd: kernel path: ";
+  const std::string last = path_ == "xdp" ? kSteerLine : kKernelLine;
   if (!child_->WaitForLine(last, 10s)) {
     throw std::runtime_error("no counters from xdpfwd after SIGUSR1:\n" + child_->output());
   }
@@ -57,9 +71,9 @@ std::map<std::string, uint64_t> ForwarderProcess::Stats() {
   std::istringstream lines(child_->output().substr(from));
   for (std::string line; std::getline(lines, line);) {
     std::string prefix;
-    if (line.rfind("xdpfwd: fast path: ", 0) == 0) prefix = "fast.";
-    if (line.rfind("xdpfwd: kernel path: ", 0) == 0) prefix = "kernel.";
-    if (line.rfind("xdpfwd: steering: ", 0) == 0) prefix = "steer.";
+    if (line.rfind(kFastLine, 0) == 0) prefix = "fast.";
+    if (line.rfind(kKernelLine, 0) == 0) prefix = "kernel.";
+    if (line.rfind(kSteerLine, 0) == 0) prefix = "steer.";
     if (prefix.empty()) continue;
     std::istringstream words(line);
     for (std::string w; words >> w;) {

@@ -17,10 +17,10 @@ namespace xdpfwd::test {
 
 class ForwarderProcess {
  public:
-  // Runs `xdpfwd --path <path> <extra...> <listen> <backend>`; throws if it is not ready in 10 s
-  // (the exception carries its output).
+  // Runs `xdpfwd --path <path> <extra...> <listen> <backend>`, inside network namespace `netns`
+  // unless it is empty; throws if it is not ready in 10 s (the exception carries its output).
   ForwarderProcess(const std::string& path, const std::string& listen, const std::string& backend,
-                   const std::vector<std::string>& extra = {});
+                   const std::vector<std::string>& extra = {}, const std::string& netns = "");
   ~ForwarderProcess();
 
   // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow"...
