@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "forwarder/relay.h"
-#include "stack/lwip_netif.h"
-#include "stack/neighbor.h"
 #include "os/clock.h"
 #include "os/log.h"
+#include "stack/lwip_netif.h"
+#include "stack/neighbor.h"
 #include "stack/worker.h"
 #include "stack/xsk_port.h"
 
@@ -239,11 +239,11 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   impl->config = config;
   if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
   if (config.limits.max_connections > LwipConnectionCapacity()) {
-    return Error{{}, "fast path: --max-connections " +
-                         std::to_string(config.limits.max_connections) + " is above the " +
-                         std::to_string(LwipConnectionCapacity()) +
-                         " connections lwIP's pcb pool holds (MEMP_NUM_TCP_PCB in "
-                         "stack/lwip/lwipopts.h)"};
+    return Error{{},
+                 "fast path: --max-connections " + std::to_string(config.limits.max_connections) +
+                     " is above the " + std::to_string(LwipConnectionCapacity()) +
+                     " connections lwIP's pcb pool holds (MEMP_NUM_TCP_PCB in "
+                     "stack/lwip/lwipopts.h)"};
   }
   auto ephemeral = KernelEphemeralPorts();
   if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};

@@ -195,7 +195,8 @@ BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts po
     std::vector<SocketAddress> sources;
     // --backend-source is IPv4: an IPv6 backend keeps the route's source.
     if (rule.backend.is_ipv4()) {
-      for (const in_addr& s : config.backend_sources) sources.push_back(FromEndpoint(Endpoint{s, 0}));
+      for (const in_addr& s : config.backend_sources)
+        sources.push_back(FromEndpoint(Endpoint{s, 0}));
     }
     if (sources.empty()) sources.push_back(SocketAddress{});
     Route route;
@@ -217,8 +218,7 @@ BackendSocket BackendConnector::Connect(size_t rule_index, Clock::time_point now
   route.next = (route.next + 1) % route.pairs.size();
   Pair& pair = pairs_[index];
   Choose(pair, now);
-  BackendSocket s =
-      pair.choosing ? ConnectOwnPort(pair, now) : ConnectKernelPort(pair, now);
+  BackendSocket s = pair.choosing ? ConnectOwnPort(pair, now) : ConnectKernelPort(pair, now);
   if (s.err == 0) {
     // Once per pair, and again after a fallback to the kernel's choice (the route may have
     // changed: that is when a bound source would fail).
@@ -253,8 +253,8 @@ void BackendConnector::Choose(Pair& pair, Clock::time_point now) {
     pair.choosing = true;
     if (!pair.told_choosing) {
       pair.told_choosing = true;
-      Log("kernel path: " + std::to_string(taken) + " of this thread's " +
-          std::to_string(slice_) + " local ports towards " + ToString(pair.rule->backend) +
+      Log("kernel path: " + std::to_string(taken) + " of this thread's " + std::to_string(slice_) +
+          " local ports towards " + ToString(pair.rule->backend) +
           (pair.source.family() == AF_UNSPEC ? "" : " from " + ToString(pair.source)) +
           " are live or in TIME_WAIT; choosing ports here (least recently used first, taking "
           "over TIME_WAIT 4-tuples) until fewer are");

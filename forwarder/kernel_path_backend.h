@@ -104,10 +104,10 @@ class BackendConnector {
     // What ports chosen here are bound to: `source`, or the route's source address as a
     // kernel-chosen leg showed it (AF_UNSPEC until one did: the wildcard).
     SocketAddress own_source;
-    uint32_t live = 0;     // this thread's legs of the pair, open now
+    uint32_t live = 0;  // this thread's legs of the pair, open now
     TimeWaitWindow time_wait;
-    PortQueue ports;            // this thread's slice of the range
-    bool choosing = false;      // ports chosen here rather than by the kernel
+    PortQueue ports;                   // this thread's slice of the range
+    bool choosing = false;             // ports chosen here rather than by the kernel
     Clock::time_point kernel_again{};  // not before then: the kernel had no port left
     bool told_choosing = false, told_no_port = false;  // logged once per pair
   };

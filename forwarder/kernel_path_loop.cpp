@@ -36,7 +36,7 @@ struct Loop::Connection {
   Direction to_backend, to_client;
   ConnectionList::iterator self;  // in connecting_, relaying_ or ended_
   Clock::time_point since;        // connect start while connecting, then the last byte relayed
-  BackendLease lease;  // the backend leg's local port, given back at Finish
+  BackendLease lease;             // the backend leg's local port, given back at Finish
   // We shut the backend leg down before its FIN arrived: its 4-tuple ends in TIME_WAIT here.
   bool backend_closed_first = false;
   bool connecting = true;

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <string>
 
-#include "stack/lwip_pcb.h"
 #include "os/clock.h"
 #include "os/log.h"
+#include "stack/lwip_pcb.h"
 
 extern "C" {
 #include "lwip/pbuf.h"

@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "stack/neighbor.h"
 #include "os/result.h"
+#include "stack/neighbor.h"
 #include "stack/xsk_port.h"
 
 struct netif;

@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "stack/lwip_netif.h"
 #include "os/result.h"
+#include "stack/lwip_netif.h"
 
 namespace xdpfwd {
 

@@ -55,8 +55,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   // the root namespace would route each other's packets. 198.18.100-199 is used by no other test.
   const std::string net = std::to_string(100 + getpid() % 100);
   ChildProcess run({BENCH_RUNNER, "--quick", "--out", out.string(), "--prefix", prefix,
-                    "--client-net", "198.18." + net, "--server-net", "198.19." + net,
-                    "--xdpfwd", XDPFWD_BINARY, "--loadgen", LOADGEN_BINARY});
+                    "--client-net", "198.18." + net, "--server-net", "198.19." + net, "--xdpfwd",
+                    XDPFWD_BINARY, "--loadgen", LOADGEN_BINARY});
   const auto code = run.Wait(240s);
   ASSERT_TRUE(code.has_value()) << "bench/run --quick took over 4 minutes:\n" << run.output();
   EXPECT_EQ(*code, 0) << run.output();

@@ -127,8 +127,8 @@ TEST_F(SteerFixtureTest, SynOnALingeringFlowMakesItNew) {
   ASSERT_TRUE(accepted.has_value());
   ASSERT_EQ(accepted->flags, STEER_FLOW_ACCEPTED);
 
-  Expect(Packet().Eth().IPv4(kClient, kListen).Tcp(40010, kListenPort, kAck).Build(),
-         XDP_REDIRECT, SteerReason::kRedirectFlow);
+  Expect(Packet().Eth().IPv4(kClient, kListen).Tcp(40010, kListenPort, kAck).Build(), XDP_REDIRECT,
+         SteerReason::kRedirectFlow);
   const auto after_ack = prog_->LookupFlow(tuple);
   ASSERT_TRUE(after_ack.has_value());
   EXPECT_EQ(after_ack->created_ns, accepted->created_ns);

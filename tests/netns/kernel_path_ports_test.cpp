@@ -168,8 +168,7 @@ TEST_F(KernelPathPortsTest, ClientClosesFirstFarBeyondThePortRange) {
   StartForwarder();
   constexpr int kConnections = 8 * kPorts;
   const std::vector<std::string> failures = RunClients(kConnections, 8);
-  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << First(failures)
-                                << "\n"
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << First(failures) << "\n"
                                 << forwarder_->output();
   ASSERT_TRUE(backend.WaitServed(kConnections)) << backend.served();
   EXPECT_EQ(bytes_echoed_, uint64_t{kConnections} * kRequest);
@@ -191,8 +190,7 @@ TEST_F(KernelPathPortsTest, SequentialConnectionsFortyTimesTheRangeCostOneConnec
   StartForwarder();
   constexpr int kConnections = 2000;
   const std::vector<std::string> failures = RunClients(kConnections, 1);
-  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << First(failures)
-                                << "\n"
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << First(failures) << "\n"
                                 << forwarder_->output();
   ASSERT_TRUE(backend.WaitServed(kConnections)) << backend.served();
   const std::map<std::string, uint64_t> s = StatsOnceEnded(kConnections);

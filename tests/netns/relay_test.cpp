@@ -253,7 +253,8 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
   // The counters once every connection has ended, each in exactly one way.
   std::map<std::string, uint64_t> WaitUntilIdle(ForwarderProcess& fwd) {
     auto stats = WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
-    ExpectEachEndedOnce(RelayFromStats(stats, fast() ? "fast." : "kernel."), "--path " + GetParam());
+    ExpectEachEndedOnce(RelayFromStats(stats, fast() ? "fast." : "kernel."),
+                        "--path " + GetParam());
     return stats;
   }
 

@@ -524,8 +524,6 @@ TEST_F(LwipPcbTest, NewSynReopensATimeWaitTuple) {
   wire_.Pump();
 }
 
-
-
 // Patch 0010. A peer's FIN that starts our passive close is not acknowledged in a bare segment
 // at once: our own FIN, sent when the application closes, carries the ACK (one packet less, and
 // the peer goes from FIN_WAIT1 straight to TIME_WAIT: a peer whose TIME_WAIT table is full no
@@ -554,7 +552,8 @@ TEST_F(LwipPcbTest, PassiveCloseAcknowledgesTheFinWithItsOwn) {
   EXPECT_EQ(fins_from_b, 1u);
   EXPECT_EQ(bare_acks_from_b, 0u);
   const auto tw = LwipWire::TimeWaitTuples();
-  EXPECT_EQ(std::count(tw.begin(), tw.end(), ClientTuple(c)), 1) << "the client is not in TIME_WAIT";
+  EXPECT_EQ(std::count(tw.begin(), tw.end(), ClientTuple(c)), 1)
+      << "the client is not in TIME_WAIT";
   const auto active = LwipWire::ActiveTuples();
   EXPECT_EQ(std::count(active.begin(), active.end(), ServerTuple(c)), 0)
       << "the server's leg is still waiting for the ACK of its FIN";
