@@ -217,6 +217,7 @@ class LwipRecoveryTest : public ::testing::Test {
   bool RunUntilForMeasure(const std::function<bool()>& done, int max_ticks) {
     return RunUntil(done, max_ticks);
   }
+  void TransferForMeasure(Peer& from, Peer& to, size_t len) { Transfer(from, to, len); }
 
  protected:
 
@@ -272,6 +273,53 @@ TEST_F(LwipRecoveryTest, LostSegmentIsRetransmittedAfterTheMeasuredRto) {
   EXPECT_GE(waited_ms, kRttMs + TCP_SLOW_INTERVAL);
   EXPECT_LE(waited_ms, 3 * kRttMs + 2 * TCP_SLOW_INTERVAL);
   EXPECT_EQ(wire_.counters().timer_retransmitted, 1u);
+}
+
+// Runs a burst of `segments` full segments from client to server after a warm-up that opens
+// the congestion window, dropping the first transmission of the segments at `lost` (indices
+// into the burst). Returns the lwIP time the burst took, in ticks.
+uint64_t BurstWithLosses(LwipRecoveryTest& t, LwipWire& wire, Peer& client, Peer& server,
+                         size_t segments, const std::vector<size_t>& lost) {
+  t.TransferForMeasure(client, server, 256 * 1024);  // cwnd grows past the burst
+  if (::testing::Test::HasFatalFailure()) return 0;
+  const uint32_t base = client.pcb->snd_nxt;
+  std::vector<uint32_t> dropped;
+  wire.SetFilter([&, base](const WirePacket& p) {
+    if (!FromClient(p) || !IsData(p)) return WireVerdict::kDeliver;
+    for (size_t index : lost) {
+      const uint32_t seq = base + static_cast<uint32_t>(index) * kMss;
+      if (p.tcp.seq == seq && std::find(dropped.begin(), dropped.end(), seq) == dropped.end()) {
+        dropped.push_back(seq);
+        return WireVerdict::kDrop;
+      }
+    }
+    return WireVerdict::kDeliver;
+  });
+  const uint64_t start = wire.ticks();
+  t.TransferForMeasure(client, server, segments * kMss);
+  wire.SetFilter(nullptr);
+  EXPECT_EQ(dropped.size(), lost.size());
+  return wire.ticks() - start;
+}
+
+// 0006: three segments lost from one window are each repaired one round trip after the
+// previous one (the partial ACK of each repair triggers the next), with no RTO and nothing
+// retransmitted twice. lwIP's Reno left recovery at the first partial ACK: with no new data to
+// draw three more duplicate ACKs, the second hole waited for the RTO, and the RTO resent the
+// whole window (go-back-N).
+TEST_F(LwipRecoveryTest, ThreeLossesInOneWindowAreRepairedWithoutTimeout) {
+  constexpr uint32_t kOneWayTicks = 5;  // 100 ms round trip
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const WireCounters before = wire_.counters();
+  const uint64_t rexmit_before = RexmitCounted();
+  const uint64_t ticks = BurstWithLosses(*this, wire_, client_, server_, 60, {10, 20, 30});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 3u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+  EXPECT_EQ(RexmitCounted() - rexmit_before, 3u);
+  // The burst's own round trip, one per repair, and a delayed ACK tick each.
+  EXPECT_LE(ticks, 4 * (2 * kOneWayTicks + 1));
 }
 
 // Drops packets of both directions with a fixed probability, from a fixed seed (xorshift32):
