@@ -322,6 +322,31 @@ TEST_F(LwipRecoveryTest, ThreeLossesInOneWindowAreRepairedWithoutTimeout) {
   EXPECT_LE(ticks, 4 * (2 * kOneWayTicks + 1));
 }
 
+// 0007: right after the handshake cwnd is three segments (RFC 3390's 4380 bytes). Six are
+// queued and the first is lost: two duplicate ACKs come back, one short of a fast retransmit.
+// Limited transmit sends a new segment on each, their duplicate ACKs make the third, and the
+// loss is repaired without the RTO that Reno waited for.
+TEST_F(LwipRecoveryTest, LossWithTwoSegmentsBehindItIsRepairedWithoutTimeout) {
+  constexpr uint32_t kOneWayTicks = 5;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  ASSERT_EQ(client_.pcb->cwnd, 3 * kMss);
+  const uint32_t first = client_.pcb->snd_nxt;
+  bool dropped = false;
+  wire_.SetFilter([&](const WirePacket& p) {
+    if (dropped || !FromClient(p) || !IsData(p) || p.tcp.seq != first) {
+      return WireVerdict::kDeliver;
+    }
+    dropped = true;
+    return WireVerdict::kDrop;
+  });
+  const WireCounters before = wire_.counters();
+  ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 6 * kMss));
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 1u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+}
+
 // Drops packets of both directions with a fixed probability, from a fixed seed (xorshift32):
 // the same packets of the same run every time.
 class PseudoRandomLoss {
