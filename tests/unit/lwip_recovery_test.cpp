@@ -347,6 +347,51 @@ TEST_F(LwipRecoveryTest, LossWithTwoSegmentsBehindItIsRepairedWithoutTimeout) {
   EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
 }
 
+// 0008: the server has sent its FIN and reads nothing for 10 s; the client has 1.5 MiB for it,
+// closes once all is queued (LAST_ACK), and probes the zero window. Every byte arrives once the
+// server reads, and both ends close cleanly. lwIP dropped the client 2 * MSL (4 s) after it
+// entered LAST_ACK, answered probes notwithstanding: its closed pcb ignores arrivals for that
+// timer, and the probes back off past 2 * MSL anyway.
+TEST_F(LwipRecoveryTest, ClosedSenderOutlastsTenSecondsOfZeroWindow) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  server_.reading = false;
+  ASSERT_EQ(tcp_shutdown(server_.pcb, 0, 1), ERR_OK);  // done sending: its FIN goes out
+  ASSERT_TRUE(RunUntil([&] { return client_.got_fin; }, 100));
+  client_.outgoing = Payload(TCP_WND + TCP_WND / 2);
+  client_.close_when_written = true;
+  Feed(client_);
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb == nullptr; }, 1000))
+      << "the client never queued everything";
+  const uint64_t rst_before = wire_.counters().rst;
+  wire_.AdvanceMs(10000);  // ten seconds of zero window
+  EXPECT_FALSE(client_.errored) << "lwIP dropped the closing sender, error "
+                                << static_cast<int>(client_.error);
+  // The window closed (to less than its scale's 128-byte grain) with a third of the data left.
+  EXPECT_GT(server_.received.size(), TCP_WND - 128);
+  EXPECT_LE(server_.received.size(), TCP_WND);
+  EXPECT_GE(wire_.counters().timer_retransmitted, 3u) << "no zero-window probes";
+
+  server_.reading = true;
+  while (server_.unread > 0) {
+    const u16_t n = static_cast<u16_t>(std::min<size_t>(server_.unread, 0xffff));
+    tcp_recved(server_.pcb, n);
+    server_.unread -= n;
+  }
+  ASSERT_TRUE(RunUntil([&] { return server_.got_fin; }, 2000)) << "no FIN after the window opened";
+  EXPECT_EQ(server_.received.size(), client_.outgoing.size());
+  EXPECT_TRUE(server_.received == client_.outgoing) << "bytes differ";
+  const PcbTuple client_tuple{LwipWire::InAddrA(), LwipWire::InAddrB(), kClientPort, kServerPort};
+  EXPECT_TRUE(RunUntil(
+      [&] {
+        const std::vector<PcbTuple> active = LwipWire::ActiveTuples();
+        return std::find(active.begin(), active.end(), client_tuple) == active.end();
+      },
+      500))
+      << "the client's pcb did not leave LAST_ACK";
+  EXPECT_FALSE(client_.errored);
+  EXPECT_EQ(wire_.counters().rst, rst_before);
+}
+
 // Drops packets of both directions with a fixed probability, from a fixed seed (xorshift32):
 // the same packets of the same run every time.
 class PseudoRandomLoss {
