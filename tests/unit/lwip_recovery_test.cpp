@@ -322,6 +322,23 @@ TEST_F(LwipRecoveryTest, ThreeLossesInOneWindowAreRepairedWithoutTimeout) {
   EXPECT_LE(ticks, 4 * (2 * kOneWayTicks + 1));
 }
 
+// 0009: with the peer's SACK blocks the three holes are seen at once and retransmitted on the
+// next duplicate ACKs, all within the round trip after the first fast retransmit; NewReno alone
+// needs one round trip per hole (the test above allows that).
+TEST_F(LwipRecoveryTest, SackedHolesAreRepairedInOneRoundTrip) {
+  constexpr uint32_t kOneWayTicks = 5;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  ASSERT_TRUE(client_.pcb->flags & TF_SACK) << "the server did not offer SACK";
+  const WireCounters before = wire_.counters();
+  const uint64_t ticks = BurstWithLosses(*this, wire_, client_, server_, 60, {10, 20, 30});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 3u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+  // The burst's round trip and the one of the repairs, a delayed ACK tick each.
+  EXPECT_LE(ticks, 2 * (2 * kOneWayTicks + 1));
+}
+
 // 0007: right after the handshake cwnd is three segments (RFC 3390's 4380 bytes). Six are
 // queued and the first is lost: two duplicate ACKs come back, one short of a fast retransmit.
 // Limited transmit sends a new segment on each, their duplicate ACKs make the third, and the
