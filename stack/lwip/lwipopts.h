@@ -93,6 +93,13 @@
  * It is also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
  * 2 * TCP_TMR_INTERVAL.) */
 #define TCP_SLOW_INTERVAL 100
+/* Retransmission timeout, RFC 6298 with Linux's floor (our patch 0005): 1 s until a round trip
+ * has been timed, then SRTT + max(100 ms, 4 * RTTVAR) from 10 ms-grain samples, never below
+ * 200 ms, at most 60 s, doubling per expiry. The slow timer fires it up to 100 ms late, never
+ * early. docs/stack.md, "Loss recovery". */
+#define TCP_RTO_INITIAL_MS 1000
+#define TCP_RTO_MIN_MS 200
+#define TCP_RTO_MAX_MS 60000
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000

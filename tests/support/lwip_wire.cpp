@@ -146,12 +146,42 @@ err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
   if (tcp->flags & TCP_FIN) ++c.fin;
   if (tcp->flags & TCP_RST) ++c.rst;
   if (tcp->flags == TCP_ACK && tcp->payload_len == 0) ++c.pure_ack;
+  wire->CountRetransmission(*tcp);
+  packet.due_tick = wire->ticks_ + wire->latency_ticks_;
   if (wire->tap_) wire->tap_(packet);
   wire->queue_.push_back(std::move(packet));
   return ERR_OK;
 }
 
-void LwipWire::Replay(const WirePacket& packet) { queue_.push_back(packet); }
+void LwipWire::CountRetransmission(const TcpSegment& tcp) {
+  const uint32_t space = static_cast<uint32_t>(tcp.payload_len) + ((tcp.flags & TCP_SYN) != 0) +
+                         ((tcp.flags & TCP_FIN) != 0);
+  if (space == 0) return;
+  const auto key = std::make_tuple(tcp.src.s_addr, tcp.src_port, tcp.dst.s_addr, tcp.dst_port);
+  auto it = sent_spans_.find(key);
+  const uint32_t end = tcp.seq + space;
+  if (tcp.flags & TCP_SYN) {
+    // A SYN with another ISN opens a new connection on the tuple, not a retransmission.
+    if (it == sent_spans_.end() || it->second.isn != tcp.seq) {
+      sent_spans_[key] = {tcp.seq, end};
+      return;
+    }
+  } else if (it == sent_spans_.end()) {
+    sent_spans_[key] = {tcp.seq, end};
+    return;
+  }
+  SentSpan& span = it->second;
+  if (static_cast<int32_t>(tcp.seq - span.end) < 0) {
+    ++counters_.retransmitted;
+    if (in_timer_) ++counters_.timer_retransmitted;
+  }
+  if (static_cast<int32_t>(end - span.end) > 0) span.end = end;
+}
+
+void LwipWire::Replay(const WirePacket& packet) {
+  queue_.push_back(packet);
+  queue_.back().due_tick = ticks_;
+}
 
 void LwipWire::Deliver(const WirePacket& packet) {
   struct netif* to = packet.from == &a_ ? &b_ : &a_;
@@ -179,9 +209,13 @@ void LwipWire::Deliver(const WirePacket& packet) {
 size_t LwipWire::Pump(int max_rounds) {
   size_t delivered = 0;
   for (int round = 0; round < max_rounds; ++round) {
-    if (queue_.empty()) return delivered;
-    std::deque<WirePacket> batch;
-    batch.swap(queue_);  // what delivery provokes queues up for the next round
+    // Each round takes what is due; what delivery provokes queues up for the next round.
+    std::deque<WirePacket> batch, later;
+    for (WirePacket& packet : queue_) {
+      (packet.due_tick <= ticks_ ? batch : later).push_back(std::move(packet));
+    }
+    queue_.swap(later);
+    if (batch.empty()) return delivered;
     std::vector<WirePacket> held;
     for (const WirePacket& packet : batch) {
       switch (filter_ ? filter_(packet) : WireVerdict::kDeliver) {
@@ -209,7 +243,10 @@ size_t LwipWire::Pump(int max_rounds) {
 
 void LwipWire::Tick(int ticks) {
   for (int i = 0; i < ticks; ++i) {
+    ++ticks_;
+    in_timer_ = true;
     tcp_tmr();
+    in_timer_ = false;
     Pump();
   }
 }

@@ -9,7 +9,9 @@
 #include <deque>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 extern "C" {
@@ -37,6 +39,7 @@ struct WirePacket {
   struct netif* from = nullptr;  // the netif lwIP sent it through
   std::vector<uint8_t> bytes;    // the IPv4 packet
   TcpSegment tcp;                // parsed (every packet in these tests is TCP)
+  uint64_t due_tick = 0;         // the Tick() count at which Pump() may deliver it (latency)
 };
 
 // What a filter decides for a packet about to be delivered (for loss and reordering tests).
@@ -51,6 +54,11 @@ struct WireCounters {
   uint64_t delivered = 0;                            // packets given to the other side's ip4_input
   uint64_t dropped = 0;                              // by the filter
   uint64_t syn = 0, fin = 0, rst = 0, pure_ack = 0;  // among `sent`
+  // Among `sent`: segments carrying sequence space (data, SYN, FIN) that start below what
+  // their connection had already sent, i.e. retransmissions (zero-window probes after the
+  // first one count too). `timer_retransmitted` are those lwIP sent from its timer (tcp_tmr):
+  // RTO retransmissions and persist probes, as opposed to ones an arriving ACK provoked.
+  uint64_t retransmitted = 0, timer_retransmitted = 0;
 };
 
 // A 4-tuple as seen from one pcb (host-order ports), for list snapshots.
@@ -106,6 +114,12 @@ class LwipWire {
   // TCP_TMR_INTERVAL ms; every TCP_SLOW_INTERVAL runs the slow timer too), pumping after each.
   void Tick(int ticks = 1);
   void AdvanceMs(uint32_t ms) { Tick(static_cast<int>(ms / TCP_TMR_INTERVAL) + 1); }
+  // Ticks run so far: the wire's clock for latency and for timing tests.
+  uint64_t ticks() const { return ticks_; }
+
+  // One-way delay in ticks (default 0: Pump() delivers at once). A packet sent during tick t
+  // is delivered by the Pump() of tick t + ticks, so a round trip takes 2 * ticks.
+  void SetLatencyTicks(uint32_t ticks) { latency_ticks_ = ticks; }
 
   const WireCounters& counters() const { return counters_; }
   size_t queued() const { return queue_.size(); }
@@ -120,6 +134,7 @@ class LwipWire {
   static err_t Output(struct netif* netif, struct pbuf* p, const ip4_addr_t* next_hop);
   static err_t InitNetif(struct netif* netif);
   void Deliver(const WirePacket& packet);
+  void CountRetransmission(const TcpSegment& tcp);
 
   struct netif a_ {
   }, b_{};
@@ -127,6 +142,15 @@ class LwipWire {
   std::function<void(const WirePacket&)> tap_;
   std::function<WireVerdict(const WirePacket&)> filter_;
   WireCounters counters_;
+  uint64_t ticks_ = 0;
+  uint32_t latency_ticks_ = 0;
+  bool in_timer_ = false;  // inside tcp_tmr(): what lwIP sends now, its timer sent
+  // Per direction (src, src port, dst, dst port): the ISN and the sequence number after the
+  // highest byte sent so far, for counting retransmissions.
+  struct SentSpan {
+    uint32_t isn = 0, end = 0;
+  };
+  std::map<std::tuple<uint32_t, uint16_t, uint32_t, uint16_t>, SentSpan> sent_spans_;
 };
 
 }  // namespace xdpfwd::test
