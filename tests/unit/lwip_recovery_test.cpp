@@ -54,8 +54,8 @@ struct Peer {
 // asked to. Called after each tick and from the sent callback (ACKs free the buffer).
 void Feed(Peer& peer) {
   while (peer.pcb != nullptr && peer.written < peer.outgoing.size()) {
-    const size_t n = std::min<size_t>(
-        {peer.outgoing.size() - peer.written, tcp_sndbuf(peer.pcb), 60000});
+    const size_t n =
+        std::min<size_t>({peer.outgoing.size() - peer.written, tcp_sndbuf(peer.pcb), 60000});
     if (n == 0 || tcp_sndqueuelen(peer.pcb) >= TCP_SND_QUEUELEN - 64) break;
     if (tcp_write(peer.pcb, peer.outgoing.data() + peer.written, static_cast<u16_t>(n),
                   TCP_WRITE_FLAG_COPY) != ERR_OK) {
@@ -220,7 +220,6 @@ class LwipRecoveryTest : public ::testing::Test {
   void TransferForMeasure(Peer& from, Peer& to, size_t len) { Transfer(from, to, len); }
 
  protected:
-
   LwipWire wire_;
   Peer client_, server_;
   tcp_pcb* listener_ = nullptr;
@@ -454,9 +453,9 @@ void MeasureLossTransfer(LwipRecoveryTest& t, LwipWire& wire, Peer& client, Peer
   EXPECT_EQ(server.received.size(), kBytes);
   EXPECT_TRUE(server.received == client.outgoing) << "bytes differ";
   const WireCounters& c = wire.counters();
-  std::cout << "loss " << loss * 100 << "%, rtt " << 2 * one_way_ticks * kTickMs << " ms: " << ticks << " ticks (" << ticks * kTickMs
-            << " ms), " << c.sent - before.sent << " packets sent, "
-            << c.dropped - before.dropped << " dropped, "
+  std::cout << "loss " << loss * 100 << "%, rtt " << 2 * one_way_ticks * kTickMs << " ms: " << ticks
+            << " ticks (" << ticks * kTickMs << " ms), " << c.sent - before.sent
+            << " packets sent, " << c.dropped - before.dropped << " dropped, "
             << c.retransmitted - before.retransmitted << " retransmitted ("
             << c.timer_retransmitted - before.timer_retransmitted << " by the timer), "
             << lwip_stats.mib2.tcpretranssegs - rexmit_before << " counted by lwIP\n";
