@@ -536,8 +536,8 @@ TEST_F(LwipPcbTest, PassiveCloseAcknowledgesTheFinWithItsOwn) {
     fins_from_b += (p.tcp.flags & TCP_FIN) != 0;
     bare_acks_from_b += p.tcp.flags == TCP_ACK && p.tcp.payload_len == 0;
   });
-  const std::vector<Conn*> conns = OpenMany(2, 43000);
-  ASSERT_EQ(conns.size(), 2u);
+  const std::vector<Conn*> conns = OpenMany(3, 43000);
+  ASSERT_EQ(conns.size(), 3u);
   ASSERT_NO_FATAL_FAILURE(Exchange(conns, 7));
 
   // 1. The server closes right after the client's FIN: one FIN+ACK, no bare ACK before it.
@@ -569,6 +569,23 @@ TEST_F(LwipPcbTest, PassiveCloseAcknowledgesTheFinWithItsOwn) {
   EXPECT_EQ(bare_acks_from_b, 1u) << "the FIN was never acknowledged";
   Close(d.server);
   wire_.Pump();
+
+  // 3. The client's last data, then its FIN in a segment of its own: the data's delayed ACK
+  // would have become an immediate one with the FIN; it still waits for the server's FIN.
+  Conn& e = *conns[2];
+  bare_acks_from_b = fins_from_b = 0;
+  Send(e.client, "last words");
+  wire_.Pump();
+  EXPECT_EQ(bare_acks_from_b, 0u);  // delayed
+  Close(e.client);
+  wire_.Pump();
+  ASSERT_TRUE(e.server.got_fin);
+  EXPECT_EQ(e.server.received.substr(e.server.received.size() - 10), "last words");
+  EXPECT_EQ(bare_acks_from_b, 0u) << "data then FIN: the FIN was acknowledged on its own";
+  Close(e.server);
+  wire_.Pump();
+  EXPECT_EQ(fins_from_b, 1u);
+  EXPECT_EQ(bare_acks_from_b, 0u);
   EXPECT_EQ(rsts, 0u);
 }
 // Removing a pcb from a list it is not on leaves every list as it was: (1) tcp_close and
