@@ -186,6 +186,9 @@ void FastPath::Impl::Publish() {
     s.rx_packets += x.rx_packets;
     s.tx_packets += x.tx_packets;
     s.tx_kicks += x.tx_kicks;
+    s.xsk_rx_dropped += x.kernel_rx_dropped;
+    s.xsk_rx_ring_full += x.kernel_rx_ring_full;
+    s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
   }
   s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
   s.lwip_heap_bytes = lwip_stats.mem.used;
@@ -442,6 +445,9 @@ std::string FastPathSnapshot::Format() const {
          " frames_held=" + std::to_string(frames_held) +
          " rx_packets=" + std::to_string(rx_packets) + " tx_packets=" + std::to_string(tx_packets) +
          " tx_kicks=" + std::to_string(tx_kicks) +
+         " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
+         " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
+         " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +
          " retransmits=" + std::to_string(lwip_retransmits) +
          " lwip_drops=" + std::to_string(lwip_drops) +
          " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +

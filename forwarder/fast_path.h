@@ -43,6 +43,9 @@ struct FastPathSnapshot {
   uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
   uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
+  // The kernel's XDP_STATISTICS for our sockets: frames it dropped (for any reason), and how
+  // often it found the RX ring full or no frame in the fill ring. The peer retransmits them.
+  uint64_t xsk_rx_dropped = 0, xsk_rx_ring_full = 0, xsk_fill_ring_empty = 0;
   uint64_t minor_faults = 0, involuntary_switches = 0;
   uint64_t worker_busy_ns = 0;     // time in worker iterations that did work (cumulative)
   uint64_t worker_iterations = 0;  // all iterations, busy or idle (cumulative)

@@ -81,9 +81,9 @@ void FlowLedger::Close(FlowBooking& b, uint64_t now_ms) {
   }
 }
 
-bool FlowLedger::RemoveDue(uint64_t now_ms) {
+bool FlowLedger::RemoveDue(uint64_t now_ms, size_t budget) {
   bool removed = false;
-  while (!removals_.empty() && removals_.front().due_ms <= now_ms) {
+  for (; budget > 0 && !removals_.empty() && removals_.front().due_ms <= now_ms; --budget) {
     const PendingRemoval r = removals_.front();
     removals_.pop_front();
     Remove(r);

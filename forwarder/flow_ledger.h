@@ -75,8 +75,9 @@ class FlowLedger {
   // linger — the backend entry only if its port was not leased again meanwhile, the client
   // entry only if the client did not open a new connection on the same 4-tuple since.
   void Close(FlowBooking& booking, uint64_t now_ms);
-  // Removes the entries whose linger is over; true if there were any.
-  bool RemoveDue(uint64_t now_ms);
+  // Removes entries whose linger is over, at most `budget` of them (each is a map syscall or
+  // two); true if there were any. The linger is a minimum: what is left goes at the next call.
+  bool RemoveDue(uint64_t now_ms, size_t budget = SIZE_MAX);
 
   size_t lingering() const { return removals_.size(); }  // entries waiting for their linger
   uint32_t backend_ports_in_use() const;

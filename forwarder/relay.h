@@ -98,9 +98,11 @@ class Relay {
   IntrusiveList<Connection, Connecting> connecting_;
   IntrusiveList<Connection, Watched> watched_;
   std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks
-  // How often watched connections and lingering flows are served: neither is urgent, and the
-  // first is a fallback for lwIP's silence.
+  // How often watched connections are served: not urgent, a fallback for lwIP's silence.
   static constexpr uint64_t kServiceIntervalMs = 100;
+  // Lingering flow entries removed per Tick at most (a syscall or two each; Tick runs every
+  // worker iteration, thousands of times a second).
+  static constexpr size_t kRemovalsPerTick = 32;
   uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
   uint64_t next_service_ms_ = 0;
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to

@@ -20,7 +20,13 @@ struct XskPortConfig {
   uint32_t queue = 0;
   uint32_t frame_count = 8192;  // UMEM frames; power of two
   uint32_t frame_size = 4096;   // bytes per frame: one page, so a frame never spans two
-  uint32_t ring_size = 2048;    // rx, tx, fill and completion rings; power of two
+  // rx, tx, fill and completion rings; power of two. The fill and RX rings together hold at
+  // most ring_size frames, so this is the burst the worker may fall behind by before the kernel
+  // drops frames for want of a fill entry (xsk_fill_ring_empty). 2048 dropped 90,000-160,000
+  // frames in bench/run's 100,000-connection idle test (a stall of lwIP's slow timer over
+  // 200,000 pcbs meeting a burst of proofs and closes), and 7-58 clients' retransmissions then
+  // backed off past 5 s; 4096 held all 100,000 (one run; drops 92,000).
+  uint32_t ring_size = 4096;
   bool try_zero_copy = true;    // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
   bool busy_poll = true;        // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
   uint32_t busy_poll_usecs = 20;

@@ -148,6 +148,24 @@ TEST_F(FlowLedgerTest, EntriesLingerThenGo) {
   EXPECT_EQ(ledger.lingering(), 0u);
 }
 
+// A budget bounds the work of one call; what is left goes at the next, oldest first.
+TEST_F(FlowLedgerTest, RemovalsKeepToTheirBudget) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  for (uint16_t port = 40000; port < 40005; ++port) {
+    FlowBooking b = Open(ledger, route, port);
+    ledger.Close(b, 100 + port - 40000);
+  }
+  ASSERT_EQ(ledger.lingering(), 10u);  // a client and a backend entry each
+  EXPECT_TRUE(ledger.RemoveDue(1000 + kLingerMs, 4));
+  EXPECT_EQ(ledger.lingering(), 6u);
+  EXPECT_FALSE(clients_.Find(Client(40001)));
+  EXPECT_TRUE(clients_.Find(Client(40002)));
+  EXPECT_TRUE(ledger.RemoveDue(1000 + kLingerMs, 100));
+  EXPECT_EQ(ledger.lingering(), 0u);
+  EXPECT_FALSE(ledger.RemoveDue(1000 + kLingerMs, 100));
+}
+
 TEST_F(FlowLedgerTest, RefusedClientEntryLingersThenGoes) {
   FlowLedger ledger(Config());
   const FlowRoute route = Route(1, "10.2.0.9", 9000);
