@@ -27,8 +27,8 @@ struct XskPortConfig {
   // 200,000 pcbs meeting a burst of proofs and closes), and 7-58 clients' retransmissions then
   // backed off past 5 s; 4096 held all 100,000 (one run; drops 92,000).
   uint32_t ring_size = 4096;
-  bool try_zero_copy = true;    // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
-  bool busy_poll = true;        // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
+  bool try_zero_copy = true;  // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
+  bool busy_poll = true;      // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
   uint32_t busy_poll_usecs = 20;
   uint32_t busy_poll_budget = 64;
 };
