@@ -24,6 +24,7 @@
 #include "tests/support/backend.h"
 #include "tests/support/child_process.h"
 #include "tests/support/connection_ends.h"
+#include "tests/support/eventually.h"
 #include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
@@ -42,16 +43,6 @@ constexpr uint64_t kRequest = 3000;
 
 SocketAddress Address(const in_addr& addr, uint16_t port) {
   return FromEndpoint(Endpoint{addr, port});
-}
-
-// Polls `done` (every few milliseconds) until it holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 class KernelPathPortsTest : public ::testing::Test {

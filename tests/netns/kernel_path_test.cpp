@@ -34,6 +34,7 @@
 #include "tests/support/backend.h"
 #include "tests/support/child_process.h"
 #include "tests/support/connection_ends.h"
+#include "tests/support/eventually.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
 
@@ -51,16 +52,6 @@ constexpr uint64_t kMiB = 1024 * 1024;
 size_t OpenFds() {
   return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
                                            std::filesystem::directory_iterator()));
-}
-
-// Polls `done` (every few milliseconds) until it holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 // The next close() sends a RST instead of a FIN.
