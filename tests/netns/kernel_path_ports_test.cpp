@@ -33,7 +33,6 @@ namespace xdpfwd::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
 // Ports on this test's own topology addresses only (each test builds its own topology).
 constexpr uint16_t kListenPort = 9000;
