@@ -53,8 +53,7 @@ void EchoServer::Loop() {
         continue;
       }
       for (ssize_t off = 0; off < got;) {
-        const ssize_t w =
-            send(fd, buf.data() + off, static_cast<size_t>(got - off), MSG_NOSIGNAL);
+        const ssize_t w = send(fd, buf.data() + off, static_cast<size_t>(got - off), MSG_NOSIGNAL);
         if (w < 0) break;
         off += w;
       }
