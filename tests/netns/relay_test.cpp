@@ -6,7 +6,6 @@
 // server namespace.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -23,16 +22,9 @@
 #include "tests/support/connection_ends.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/forwarder_process.h"
-#include "tests/support/lossy_counters.h"
+#include "tests/support/lossy_link.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
-
-extern "C" {
-#include <bpf/libbpf.h>
-#include <linux/if_link.h>
-}
-#include "lossy.skel.h"
-#include "lossy_shared.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -77,38 +69,6 @@ int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout) {
     total += n;
   }
 }
-
-// The loss injector (xdp/lossy.bpf.c) on an interface inside a namespace: drops that share of
-// the IPv4 TCP frames the namespace receives. Gone with the namespace, detached here as well.
-class LossyLink {
- public:
-  LossyLink(const std::string& ns, uint32_t drop_per_million) : ns_(ns) {
-    skel_ = lossy__open();
-    if (skel_ == nullptr) throw std::runtime_error("lossy__open");
-    skel_->rodata->drop_per_million = drop_per_million;
-    if (lossy__load(skel_) != 0) throw std::runtime_error("lossy__load");
-    RunInNamespace(ns_, [&] {
-      ifindex_ = static_cast<int>(if_nametoindex(Topology::kNsIf));
-      if (bpf_xdp_attach(ifindex_, bpf_program__fd(skel_->progs.lossy), XDP_FLAGS_DRV_MODE,
-                         nullptr) != 0) {
-        throw std::runtime_error("attach lossy in " + ns_);
-      }
-    });
-  }
-  ~LossyLink() {
-    try {
-      RunInNamespace(ns_, [&] { bpf_xdp_detach(ifindex_, XDP_FLAGS_DRV_MODE, nullptr); });
-    } catch (...) {
-    }
-    lossy__destroy(skel_);
-  }
-  uint64_t dropped() const { return LossyCounter(skel_, LOSSY_DROPPED).value_or(0); }
-
- private:
-  std::string ns_;
-  lossy* skel_ = nullptr;
-  int ifindex_ = 0;
-};
 
 // What SendPattern(seed, total) sends, byte for byte (it fills in 64 KiB chunks).
 std::vector<uint8_t> ExpectedPattern(uint64_t seed, uint64_t total) {

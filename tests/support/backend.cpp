@@ -5,11 +5,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace xdpfwd::test {
@@ -91,6 +93,20 @@ std::string Backend::failures() {
 
 void Backend::Record(const std::string& failure) { failures_ += failure + "; "; }
 
+// A thread in finished_ has left serve and pushed its id under mu_ as its last step, so joining
+// it here (mu_ held) cannot wait on the lock.
+void Backend::JoinFinished() {
+  for (auto it = serving_.begin(); it != serving_.end();) {
+    if (std::find(finished_.begin(), finished_.end(), it->get_id()) == finished_.end()) {
+      ++it;
+      continue;
+    }
+    it->join();
+    it = serving_.erase(it);
+  }
+  finished_.clear();
+}
+
 // Before: a serve function throwing anything but a std::exception, or a thread that could not
 // be started (std::system_error from the acceptor), called std::terminate and took every test
 // of the binary with it. Now each is a recorded failure.
@@ -103,6 +119,7 @@ void Backend::AcceptLoop() {
     }
     BoundWaits(fd);
     std::lock_guard<std::mutex> lock(mu_);
+    JoinFinished();
     try {
       serving_.emplace_back([this, fd] {
         UniqueFd owned(fd);
@@ -116,6 +133,7 @@ void Backend::AcceptLoop() {
         std::lock_guard<std::mutex> done(mu_);
         if (failure) Record(Describe(failure));
         ++served_;
+        finished_.push_back(std::this_thread::get_id());
         cv_.notify_all();
       });
     } catch (...) {

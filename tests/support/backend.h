@@ -46,6 +46,9 @@ class Backend {
  private:
   void AcceptLoop();
   void Record(const std::string& failure);  // mu_ held
+  // Joins the threads that have finished serving (mu_ held): a long run of short connections
+  // (the soak test) would otherwise keep a thread and its stack per connection served.
+  void JoinFinished();
 
   UniqueFd listener_;
   Serve serve_;
@@ -53,6 +56,7 @@ class Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::thread> serving_;
+  std::vector<std::thread::id> finished_;  // left serve, not yet joined
   std::string failures_;
   size_t reported_ = 0;  // failures_ up to here were returned by failures()
   int served_ = 0;
