@@ -89,7 +89,8 @@ std::string KernelPathTotals::Format() const {
          " empty_polls=" + std::to_string(empty_polls) +
          " own_port_connects=" + std::to_string(own_port_connects) +
          " port_retries=" + std::to_string(port_retries) +
-         " kernel_no_port=" + std::to_string(kernel_no_port);
+         " kernel_no_port=" + std::to_string(kernel_no_port) +
+         " pooled_pipes=" + std::to_string(pooled_pipes);
 }
 
 KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
@@ -171,6 +172,7 @@ KernelPathTotals KernelPath::Totals() const {
     sum.own_port_connects += t.own_port_connects;
     sum.port_retries += t.port_retries;
     sum.kernel_no_port += t.kernel_no_port;
+    sum.pooled_pipes += t.pooled_pipes;
   }
   return sum;
 }

@@ -59,6 +59,9 @@ struct KernelPathTotals {
   // epoll_wait calls that returned no event: a deadline's wake-up when sleeping, every spin of
   // the loop when busy-polling.
   uint64_t empty_polls = 0;
+  // Empty pipes the threads keep for reuse (a gauge; two descriptors each, at most 64 per
+  // thread): what the process's descriptors may exceed its idle count by once connections end.
+  uint64_t pooled_pipes = 0;
   std::string Format() const;
 };
 

@@ -106,7 +106,7 @@ Loop::Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connectio
     : config_(config),
       open_connections_(open_connections),
       counters_(counters),
-      pipes_(kPipeBytes),
+      pipes_(kPipeBytes, counters.pooled_pipes),
       buffers_(config.copy_buffer_bytes),
       pump_{pipes_, buffers_, counters_},
       connector_(std::move(connector)) {}

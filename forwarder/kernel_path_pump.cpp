@@ -38,6 +38,7 @@ KernelPathTotals PathCounters::Snapshot() const {
   t.own_port_connects = own_port_connects.load(std::memory_order_relaxed);
   t.port_retries = port_retries.load(std::memory_order_relaxed);
   t.kernel_no_port = kernel_no_port.load(std::memory_order_relaxed);
+  t.pooled_pipes = pooled_pipes.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -58,11 +59,18 @@ Result<Pipe> PipePool::Take() {
   if (free_.empty()) return Pipe::Create(pipe_bytes_);
   Pipe p = std::move(free_.back());
   free_.pop_back();
+  pooled_.store(free_.size(), std::memory_order_relaxed);
   return p;
 }
 
 void PipePool::Give(Pipe pipe) {
   if (free_.size() < kMaxFreePipes) free_.push_back(std::move(pipe));
+  pooled_.store(free_.size(), std::memory_order_relaxed);
+}
+
+void PipePool::Clear() {
+  free_.clear();
+  pooled_.store(0, std::memory_order_relaxed);
 }
 
 std::unique_ptr<uint8_t[]> BufferPool::Take() {

@@ -27,6 +27,7 @@ struct PathCounters {
   std::atomic<uint64_t> own_port_connects{0};
   std::atomic<uint64_t> port_retries{0};
   std::atomic<uint64_t> kernel_no_port{0};
+  std::atomic<uint64_t> pooled_pipes{0};  // a gauge: empty pipes kept for reuse
 
   KernelPathTotals Snapshot() const;
 };
@@ -64,13 +65,17 @@ class Pipe {
 // request/response traffic costs no pipe2/close per message.
 class PipePool {
  public:
-  explicit PipePool(size_t pipe_bytes) : pipe_bytes_(pipe_bytes) {}
+  // `pooled` is kept equal to the number of pipes in the pool (two descriptors each), so that a
+  // count of the process's descriptors can tell the pool from a leak.
+  PipePool(size_t pipe_bytes, std::atomic<uint64_t>& pooled)
+      : pipe_bytes_(pipe_bytes), pooled_(pooled) {}
   Result<Pipe> Take();
   void Give(Pipe pipe);  // must be empty
-  void Clear() { free_.clear(); }
+  void Clear();
 
  private:
   size_t pipe_bytes_;
+  std::atomic<uint64_t>& pooled_;
   std::vector<Pipe> free_;
 };
 
