@@ -1,0 +1,155 @@
+// lwIP patch 0030: the slow timer serves one slot of the active pcbs per fast tick, so that no
+// tick walks them all, while each pcb still gets the slow timer exactly once per
+// TCP_SLOW_INTERVAL, at a fixed phase, however the list changes meanwhile. A pcb's poll timer
+// (polltmr) goes up by one at each slow-timer visit, which makes the visits visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "stack/lwip_pcb.h"
+#include "tests/support/lwip_wire.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/stats.h"
+#include "lwip/tcp.h"
+}
+
+namespace xdpfwd::test {
+namespace {
+
+constexpr uint16_t kServerPort = 8081;
+constexpr int kTicksPerInterval = TCP_SLOW_INTERVAL / TCP_FAST_INTERVAL;
+
+mem_size_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
+
+class LwipSlowTimerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pcbs_before_ = PcbsInUse();
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr);
+    const ip_addr_t b = LwipWire::AddrB();
+    ASSERT_EQ(tcp_bind(pcb, &b, kServerPort), ERR_OK);
+    listener_ = tcp_listen(pcb);
+    ASSERT_NE(listener_, nullptr);
+    tcp_arg(listener_, this);
+    tcp_accept(listener_, [](void* arg, tcp_pcb* accepted, err_t) -> err_t {
+      static_cast<LwipSlowTimerTest*>(arg)->servers_[lwip_pcb::EndpointsOf(accepted).remote_port] =
+          accepted;
+      return ERR_OK;
+    });
+  }
+
+  void TearDown() override {
+    for (tcp_pcb* pcb : pcbs_) tcp_abort(pcb);  // all before the RSTs are delivered
+    pcbs_.clear();
+    wire_.Pump();
+    if (listener_ != nullptr) {
+      EXPECT_EQ(tcp_close(listener_), ERR_OK);
+    }
+    EXPECT_EQ(PcbsInUse(), pcbs_before_);
+  }
+
+  // `n` connections from a to b; both ends' pcbs land in pcbs_ (client, then server), their
+  // poll timer counting slow-timer visits (an interval no test reaches, no poll function).
+  void Open(int n) {
+    std::vector<tcp_pcb*> clients;
+    for (int i = 0; i < n; ++i) {
+      tcp_pcb* pcb = tcp_new();
+      ASSERT_NE(pcb, nullptr);
+      lwip_pcb::SetLocalEndpoint(pcb, LwipWire::InAddrA(), static_cast<uint16_t>(20000 + i));
+      const ip_addr_t b = LwipWire::AddrB();
+      ASSERT_EQ(tcp_connect(pcb, &b, kServerPort, nullptr), ERR_OK);
+      clients.push_back(pcb);
+    }
+    wire_.Pump();
+    for (int i = 0; i < n; ++i) {
+      pcbs_.push_back(clients[static_cast<size_t>(i)]);
+      const auto server = servers_.find(static_cast<uint16_t>(20000 + i));
+      ASSERT_NE(server, servers_.end()) << "connection " << i << " was not accepted";
+      pcbs_.push_back(server->second);
+    }
+    for (tcp_pcb* pcb : pcbs_) {
+      ASSERT_EQ(pcb->state, ESTABLISHED);
+      tcp_poll(pcb, nullptr, 255);
+      pcb->polltmr = 0;
+    }
+  }
+
+  // Runs one fast tick; the pcbs the slow timer visited in it.
+  std::vector<tcp_pcb*> TickAndSeeVisits() {
+    std::map<tcp_pcb*, uint8_t> before;
+    for (tcp_pcb* pcb : pcbs_) before[pcb] = pcb->polltmr;
+    wire_.Tick(1);
+    std::vector<tcp_pcb*> visited;
+    for (tcp_pcb* pcb : pcbs_) {
+      if (pcb->polltmr != before[pcb]) visited.push_back(pcb);
+    }
+    return visited;
+  }
+
+  // Aborts both ends of every `every`-th connection (changing the list mid-round).
+  void AbortSome(size_t every) {
+    std::vector<tcp_pcb*> kept;
+    for (size_t i = 0; i < pcbs_.size(); ++i) {
+      if ((i / 2) % every == 0) {
+        tcp_abort(pcbs_[i]);
+      } else {
+        kept.push_back(pcbs_[i]);
+      }
+    }
+    pcbs_ = kept;
+    wire_.Pump();
+  }
+
+  LwipWire wire_;
+  tcp_pcb* listener_ = nullptr;
+  std::vector<tcp_pcb*> pcbs_;            // client and server ends, in pairs
+  std::map<uint16_t, tcp_pcb*> servers_;  // accepted, by client port
+  mem_size_t pcbs_before_ = 0;
+};
+
+TEST_F(LwipSlowTimerTest, ServesEachPcbOncePerIntervalInSlices) {
+  constexpr int kConnections = 100;
+  ASSERT_NO_FATAL_FAILURE(Open(kConnections));
+  const size_t slot_size = 2 * kConnections / kTicksPerInterval + 1;
+
+  std::map<tcp_pcb*, std::vector<int>> visits;  // tick numbers
+  for (int tick = 0; tick < 3 * kTicksPerInterval; ++tick) {
+    // Mid-way through the second interval, a third of the connections go: the pcbs after them
+    // in the list must keep their phase.
+    if (tick == kTicksPerInterval + kTicksPerInterval / 2) {
+      AbortSome(3);
+      for (auto it = visits.begin(); it != visits.end();) {
+        it = std::find(pcbs_.begin(), pcbs_.end(), it->first) == pcbs_.end() ? visits.erase(it)
+                                                                             : std::next(it);
+      }
+    }
+    const std::vector<tcp_pcb*> visited = TickAndSeeVisits();
+    EXPECT_LE(visited.size(), slot_size) << "tick " << tick << " served more than one slot";
+    for (tcp_pcb* pcb : visited) visits[pcb].push_back(tick);
+  }
+
+  size_t wrong = 0;
+  for (tcp_pcb* pcb : pcbs_) {
+    const std::vector<int>& v = visits[pcb];
+    const bool ok =
+        v.size() == 3 && v[1] - v[0] == kTicksPerInterval && v[2] - v[1] == kTicksPerInterval;
+    if (!ok && ++wrong <= 3) {
+      std::string ticks;
+      for (int t : v) ticks += " " + std::to_string(t);
+      ADD_FAILURE() << "a pcb was visited at ticks" << ticks << ", not every " << kTicksPerInterval;
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test
