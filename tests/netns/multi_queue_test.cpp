@@ -1,7 +1,8 @@
-// Every RX queue served, through the real xdpfwd binary: with two queues on all four veth ends,
-// flows land on both queues (the sender's transmit hash picks one per flow), client SYNs and
-// backend SYN-ACKs alike. Hundreds of connections with data both ways must all arrive intact,
-// on the fast path, with both queues of both interfaces receiving, and leave nothing behind.
+// Every RX queue served, through the real xdpfwd binary: with two or four queues on all four
+// veth ends, flows land on every queue (the sender's transmit hash picks one per flow), client
+// SYNs and backend SYN-ACKs alike. Hundreds of connections with data both ways must all arrive
+// intact, on the fast path, with every queue of both interfaces receiving, and leave nothing
+// behind.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/backend.h"
@@ -28,7 +30,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint16_t kPort = 9000;  // inside this test's own topology only
-constexpr int kQueues = 2;        // veth allows at most the CPU count; CI machines have 2
 constexpr uint64_t kUp = 20'000, kDown = 50'000;
 
 std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
@@ -50,13 +51,10 @@ uint64_t AnswerHash(uint64_t upload_hash) {
 
 // --path xdp and --path auto: in auto mode the kernel path listens on the same address, so a
 // flow the fast path missed would still be served there; the test requires none to be.
-class MultiQueueTest : public ::testing::TestWithParam<std::string> {
+class MultiQueueTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
-    if (std::thread::hardware_concurrency() < kQueues) {
-      GTEST_SKIP() << "veth allows as many queues as CPUs; this machine has fewer than " << kQueues;
-    }
   }
 
   // Polls the counters until `done` holds (bounded); the last counters.
@@ -73,7 +71,11 @@ class MultiQueueTest : public ::testing::TestWithParam<std::string> {
     return stats;
   }
 
-  Topology topo_{TopologyOptions{.queues = kQueues}};
+  std::string path() const { return std::get<0>(GetParam()); }
+  // Set at veth creation (numrxqueues), so not bounded by the CPU count as `ethtool -L` is.
+  int queues() const { return std::get<1>(GetParam()); }
+
+  Topology topo_{TopologyOptions{.queues = queues()}};
 };
 
 TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
@@ -86,11 +88,10 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
     if (up.bytes != kUp) throw std::runtime_error("backend got " + std::to_string(up.bytes));
     SendPattern(fd, up.hash, kDown);
   });
-  ForwarderProcess fwd(GetParam(), Addr(topo_.client_gw(), kPort),
-                       Addr(topo_.server_addr(), kPort));
+  ForwarderProcess fwd(path(), Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
   for (const std::string& ifname : {topo_.client_side_if(), topo_.server_side_if()}) {
     EXPECT_NE(fwd.output().find(ifname + " ("), std::string::npos) << fwd.output();
-    EXPECT_NE(fwd.output().find(std::to_string(kQueues) + " RX queues, all served"),
+    EXPECT_NE(fwd.output().find(std::to_string(queues()) + " RX queues, all served"),
               std::string::npos)
         << fwd.output();
   }
@@ -125,7 +126,7 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
 
   // Every connection on the fast path (auto mode's kernel path took none), each ended once.
   auto stats = WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
-  ExpectEachEndedOnce(RelayFromStats(stats, "fast."), "--path " + GetParam());
+  ExpectEachEndedOnce(RelayFromStats(stats, "fast."), "--path " + path());
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.accepted"), static_cast<uint64_t>(kConns));
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.completed"), static_cast<uint64_t>(kConns));
   EXPECT_EQ(ForwarderProcess::Get(stats, "kernel.accepted"), 0u);
@@ -133,7 +134,7 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   EXPECT_EQ(ForwarderProcess::Get(stats, "steer.pass_no_socket"), 0u);
   // Both queues of both interfaces carried packets: client flows and backend return traffic.
   for (const std::string& ifname : {topo_.client_side_if(), topo_.server_side_if()}) {
-    for (int q = 0; q < kQueues; ++q) {
+    for (int q = 0; q < queues(); ++q) {
       const std::string key = "fast.rx_packets." + ifname + ".q" + std::to_string(q);
       EXPECT_GT(ForwarderProcess::Get(stats, key), 0u) << key;
     }
@@ -154,8 +155,13 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, MultiQueueTest, ::testing::Values("xdp", "auto"),
-                         [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(PathsAndQueues, MultiQueueTest,
+                         ::testing::Combine(::testing::Values("xdp", "auto"),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) + "_" +
+                                  std::to_string(std::get<1>(p.param)) + "_queues";
+                         });
 
 }  // namespace
 }  // namespace xdpfwd::test
