@@ -1,5 +1,5 @@
-// Fast-path set-up and lifetime (see fast_path.h): interface discovery from the kernel, XDP and
-// AF_XDP per interface, the worker thread that owns lwIP and the relay.
+// Fast-path set-up and lifetime (see fast_path.h): interface discovery from the kernel, XDP per
+// interface and AF_XDP per RX queue, the worker thread that owns lwIP and the relay.
 #include "forwarder/fast_path.h"
 
 #include <net/if.h>
@@ -31,9 +31,11 @@ extern "C" {
 namespace xdpfwd {
 namespace {
 
-int RxQueueCount(const std::string& ifname) {
+// The kernel's real RX queue count (sysfs lists rx-N for each; `ethtool -L` changes it). An
+// AF_XDP socket can bind to each of them and to no other.
+uint32_t RxQueueCount(const std::string& ifname) {
   std::error_code ec;
-  int n = 0;
+  uint32_t n = 0;
   for (const auto& e :
        std::filesystem::directory_iterator("/sys/class/net/" + ifname + "/queues", ec)) {
     if (e.path().filename().string().rfind("rx-", 0) == 0) ++n;
@@ -51,8 +53,8 @@ struct FastPath::Impl {
     in_addr gateway{};  // next hop for destinations that are not on-link (0: all on-link)
     std::vector<in_addr> aliases;  // more local addresses (--backend-source)
     std::unique_ptr<SteerProgram> steer;
-    std::unique_ptr<XskPort> port;
-    std::unique_ptr<LwipNetif> netif;  // created and destroyed on the worker thread
+    std::vector<std::unique_ptr<XskPort>> ports;  // one per RX queue, index = queue
+    std::unique_ptr<LwipNetif> netif;             // created and destroyed on the worker thread
     LwipNetifConfig netif_config;
   };
 
@@ -116,22 +118,28 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   if (!mac) return mac.error();
   auto mtu = InterfaceMtu(i.ifindex);
   if (!mtu) return mtu.error();
-  if (const int queues = RxQueueCount(i.name); queues > 1) {
-    Log(i.name + ": " + std::to_string(queues) + " RX queues; the fast path serves queue " +
-        std::to_string(config.queue) +
-        " only, flows hashed to other queues reach the kernel (one queue: ethtool -L " + i.name +
-        " combined 1)");
+  // Every RX queue gets a socket: a packet on a queue without one would reach the kernel,
+  // which has no listener (a refused client) and no socket for a backend leg's return traffic.
+  const uint32_t queues = std::max<uint32_t>(RxQueueCount(i.name), 1);
+  if (queues > STEER_MAX_QUEUES) {
+    return Error{{},
+                 i.name + ": " + std::to_string(queues) + " RX queues, above the " +
+                     std::to_string(STEER_MAX_QUEUES) +
+                     " the steering program serves; lower them with: ethtool -L " + i.name +
+                     " combined N (veth: rx N tx N)"};
   }
   auto steer = SteerProgram::Attach(i.name, config.steer);
   if (!steer) return steer.error();
   i.steer = std::move(*steer);
-  XskPortConfig pc;
-  pc.ifname = i.name;
-  pc.queue = config.queue;
-  auto port = XskPort::Open(pc);
-  if (!port) return port.error();
-  i.port = std::move(*port);
-  if (auto r = i.steer->BindQueue(config.queue, i.port->fd()); !r) return r.error();
+  for (uint32_t q = 0; q < queues; ++q) {
+    XskPortConfig pc;
+    pc.ifname = i.name;
+    pc.queue = q;
+    auto port = XskPort::Open(pc);
+    if (!port) return port.error();
+    i.ports.push_back(std::move(*port));
+    if (auto r = i.steer->BindQueue(q, i.ports.back()->fd()); !r) return r.error();
+  }
   LwipNetifConfig& nc = i.netif_config;
   nc.ifindex = i.ifindex;
   nc.mac = *mac;
@@ -150,7 +158,9 @@ Result<void> FastPath::Impl::WorkerSetup() {
   InitLwipOnce();
   worker = std::make_unique<Worker>(config.cpu);
   for (auto& i : ifaces) {
-    auto netif = LwipNetif::Create(*i->port, i->netif_config);
+    std::vector<XskPort*> ports;
+    for (auto& port : i->ports) ports.push_back(port.get());
+    auto netif = LwipNetif::Create(ports, i->netif_config);
     if (!netif) return netif.error();
     i->netif = std::move(*netif);
     worker->Add(i->netif.get());
@@ -159,7 +169,7 @@ Result<void> FastPath::Impl::WorkerSetup() {
   rc.rules = relay_rules;
   rc.limits = config.limits;
   rc.backend_ports = backend_ports;
-  rc.queue = config.queue;
+  rc.worker = STEER_SOLE_WORKER;
   auto r = Relay::Create(rc);
   if (!r) return r.error();
   relay = std::move(*r);
@@ -180,15 +190,18 @@ void FastPath::Impl::Publish() {
   s.connections = st.connections;
   s.closing_flows = st.closing_flows;
   for (auto& i : ifaces) {
-    const FrameAccount f = i->port->frames();
-    s.frames_held += f.held;
-    const XskStats x = i->port->stats();
-    s.rx_packets += x.rx_packets;
-    s.tx_packets += x.tx_packets;
-    s.tx_kicks += x.tx_kicks;
-    s.xsk_rx_dropped += x.kernel_rx_dropped;
-    s.xsk_rx_ring_full += x.kernel_rx_ring_full;
-    s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
+    for (auto& port : i->ports) {
+      const FrameAccount f = port->frames();
+      s.frames_held += f.held;
+      const XskStats x = port->stats();
+      s.rx_packets += x.rx_packets;
+      s.rx_by_queue.push_back(QueueRx{i->name, port->queue(), x.rx_packets});
+      s.tx_packets += x.tx_packets;
+      s.tx_kicks += x.tx_kicks;
+      s.xsk_rx_dropped += x.kernel_rx_dropped;
+      s.xsk_rx_ring_full += x.kernel_rx_ring_full;
+      s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
+    }
   }
   s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
   s.lwip_heap_bytes = lwip_stats.mem.used;
@@ -362,9 +375,10 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     if (!d.empty()) d += ", ";
     std::string addrs = ToString(i->addr);
     for (in_addr a : i->aliases) addrs += "+" + ToString(a);
-    d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", queue " +
-         std::to_string(config.queue) + ", " + (i->port->zero_copy() ? "zero-copy" : "copy mode") +
-         ")";
+    const size_t queues = i->ports.size();
+    d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", " +
+         std::to_string(queues) + (queues == 1 ? " RX queue" : " RX queues, all") + " served, " +
+         (i->ports.front()->zero_copy() ? "zero-copy" : "copy mode") + ")";
   }
   d += "; backend ports " + ToString(fp->impl_->backend_ports);
   d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
@@ -428,12 +442,22 @@ void FastPath::Stop() {
     impl_->CountFlows(impl_->snapshot);  // what the worker left behind, for the exit summary
   }
   for (auto& i : impl_->ifaces) {
-    if (i->steer) (void)i->steer->UnbindQueue(impl_->config.queue);
+    if (!i->steer) continue;
+    for (auto& port : i->ports) (void)i->steer->UnbindQueue(port->queue());
   }
   impl_->ifaces.clear();  // closes the ports, detaches XDP
 }
 
 FastPath::~FastPath() { Stop(); }
+
+std::string FastPathSnapshot::RxByQueue() const {
+  std::string out;
+  for (const QueueRx& q : rx_by_queue) {
+    out += " rx_packets." + q.ifname + ".q" + std::to_string(q.queue) + "=" +
+           std::to_string(q.packets);
+  }
+  return out;
+}
 
 std::string FastPathSnapshot::Format() const {
   return relay.Format() + " connections=" + std::to_string(connections) +
@@ -443,8 +467,8 @@ std::string FastPathSnapshot::Format() const {
          " lwip_pcbs=" + std::to_string(lwip_pcbs) +
          " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +
          " frames_held=" + std::to_string(frames_held) +
-         " rx_packets=" + std::to_string(rx_packets) + " tx_packets=" + std::to_string(tx_packets) +
-         " tx_kicks=" + std::to_string(tx_kicks) +
+         " rx_packets=" + std::to_string(rx_packets) + RxByQueue() +
+         " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
          " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
          " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
          " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +

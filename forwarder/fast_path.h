@@ -1,7 +1,7 @@
 // The fast path as one object: finds the interfaces from the kernel, attaches the steering
-// program to each, opens an AF_XDP port and an lwIP netif per interface, and runs the relay on
-// a pinned busy-polling worker thread. Stopping it resets open connections, detaches XDP and
-// removes every flow entry it made.
+// program to each, opens an AF_XDP port per RX queue and an lwIP netif per interface, and runs
+// the relay on one pinned busy-polling worker thread that serves every queue. Stopping it resets
+// open connections, detaches XDP and removes every flow entry it made.
 #pragma once
 
 #include <netinet/in.h>
@@ -28,7 +28,13 @@ struct FastPathConfig {
   PortRange backend_ports;               // automatic: DefaultBackendPorts
   std::vector<in_addr> backend_sources;  // empty: the route's source address
   SteerOptions steer;
+};
+
+// Frames received on one RX queue of one interface (its AF_XDP port's count).
+struct QueueRx {
+  std::string ifname;
   uint32_t queue = 0;
+  uint64_t packets = 0;
 };
 
 // What the worker last published; read from any thread.
@@ -43,6 +49,7 @@ struct FastPathSnapshot {
   uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
   uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
+  std::vector<QueueRx> rx_by_queue;  // shown as rx_packets.IFNAME.qN=...
   // The kernel's XDP_STATISTICS for our sockets: frames it dropped (for any reason), and how
   // often it found the RX ring full or no frame in the fill ring. The peer retransmits them.
   uint64_t xsk_rx_dropped = 0, xsk_rx_ring_full = 0, xsk_fill_ring_empty = 0;
@@ -51,6 +58,7 @@ struct FastPathSnapshot {
   uint64_t worker_iterations = 0;  // all iterations, busy or idle (cumulative)
   uint64_t lwip_retransmits = 0, lwip_drops = 0, lwip_pool_errors = 0;
   std::string Format() const;
+  std::string RxByQueue() const;  // " rx_packets.veth-c.q0=12 rx_packets.veth-c.q1=7"
 };
 
 class FastPath {
@@ -63,7 +71,7 @@ class FastPath {
   FastPath& operator=(const FastPath&) = delete;
 
   void Stop();
-  // "xdp native on veth-c (queue 0, copy mode), backends via veth-s from 198.19.0.1".
+  // "veth-c (198.18.0.1, XDP native, 2 RX queues, all served, copy mode), ...".
   const std::string& description() const { return description_; }
   // Asks the worker for fresh numbers and waits for them (bounded); falls back to the last ones.
   FastPathSnapshot Snapshot();

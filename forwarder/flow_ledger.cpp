@@ -20,8 +20,8 @@ FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_f
   b.route = &route;
   b.client_flow = client_flow;
   FlowTable& table = *route.client_side;
-  if (!table.MarkAccepted(client_flow, config_.queue, route.id)) {
-    (void)table.AddFlow(client_flow, config_.queue, route.id);
+  if (!table.MarkAccepted(client_flow, config_.worker, route.id)) {
+    (void)table.AddFlow(client_flow, config_.worker, route.id);
   }
   return b;
 }
@@ -58,7 +58,7 @@ bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
 }
 
 bool FlowLedger::AddBackendFlow(FlowBooking& b) {
-  if (b.route->backend_side->AddFlow(b.backend_flow, 0, b.route->id)) return true;
+  if (b.route->backend_side->AddFlow(b.backend_flow, config_.worker, b.route->id)) return true;
   ReleaseBackendPort(b);
   return false;
 }

@@ -41,7 +41,7 @@ struct FlowBooking {
 
 struct FlowLedgerConfig {
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
-  uint32_t queue = 0;                    // the worker (RX queue) entries are owned by
+  uint32_t worker = 0;                   // the worker entries are owned by (steer_flow.owner)
   uint64_t flow_linger_ms = 1000;        // RelayConfig::flow_linger_ms says why
   // The clock flow tables stamp entries with (CLOCK_MONOTONIC, as bpf_ktime_get_ns reads).
   uint64_t (*clock_ns)() = nullptr;  // null: MonotonicNs

@@ -11,6 +11,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/options.h"
+#include "os/isolation.h"
 #include "os/log.h"
 
 namespace xdpfwd {
@@ -23,6 +24,21 @@ std::string RulesLine(const std::vector<Rule>& rules) {
     out += ToString(r.listen) + " -> " + ToString(r.backend);
   }
   return out;
+}
+
+// Whether each spinning thread has its core to itself (docs/tuning.md). Kernel-path threads are
+// never pinned; they spin only with --busy-poll.
+void LogIsolation(const FastPath* fast, int fast_cpu, const KernelPath* kernel) {
+  std::vector<SpinningThread> spinning;
+  if (fast != nullptr) spinning.push_back({"fast-path worker", fast_cpu});
+  if (kernel != nullptr && kernel->busy_poll()) {
+    spinning.push_back(
+        {std::to_string(kernel->threads()) + " busy-polling kernel-path thread(s)", -1});
+  }
+  if (spinning.empty()) return;
+  const IsolationReport r = ReportIsolation(ReadIsolationFacts(), spinning);
+  for (const std::string& line : r.lines) Log("isolation: " + line);
+  for (const std::string& warning : r.warnings) Log("isolation warning: " + warning);
 }
 
 void PrintStats(FastPath* fast, KernelPath* kernel) {
@@ -73,7 +89,7 @@ int Run(const Options& o) {
     fc.rules = fast_rules;
     fc.limits = o.limits;
     fc.limits.max_connections = o.max_connections.value_or(FastPath::MaxConnections());
-    fc.cpu = o.cpu;
+    fc.cpu = o.cpus.empty() ? -1 : o.cpus.front();  // one CPU at most (ParseCommandLine)
     fc.listen_iface = o.listen_iface;
     fc.backend_iface = o.backend_iface;
     fc.backend_ports = o.backend_ports;
@@ -107,6 +123,11 @@ int Run(const Options& o) {
     if (kernel->busy_poll()) ready += ", busy-polling";
   }
   Log(ready);
+  if (!o.cpus.empty() && !fast) {
+    Log("--cpus: no fast-path worker runs, so nothing is pinned (the kernel path's threads are "
+        "not pinned)");
+  }
+  LogIsolation(fast.get(), o.cpus.empty() ? -1 : o.cpus.front(), kernel.get());
 
   const timespec tick{o.stats_interval_s > 0 ? o.stats_interval_s : 3600, 0};
   for (;;) {

@@ -7,6 +7,8 @@
 #include <charconv>
 #include <thread>
 
+#include "os/cpu_list.h"
+
 namespace xdpfwd {
 namespace {
 
@@ -46,7 +48,8 @@ const char* Usage() {
          "take,\n"
          "                           kernel sockets for the rest; xdp: fast path only; kernel: no "
          "XDP\n"
-         "  --cpu N                  pin the fast path's busy-polling worker to CPU N\n"
+         "  --cpus LIST              CPUs for the fast path's busy-polling workers, e.g. 2 or\n"
+         "                           2-5,7; one worker for now, so one CPU (--cpu N: the same)\n"
          "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
          "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
          "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
@@ -166,12 +169,13 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         o.path = PathChoice::kKernel;
       else
         return Error{{}, "--path: '" + *v + "' is not auto, xdp or kernel"};
-    } else if (a == "--cpu") {
+    } else if (a == "--cpus" || a == "--cpu") {
       XDPFWD_VALUE(v);
       const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-      auto n = ParseNumber<int>(a, *v, 0, cpus > 0 ? cpus - 1 : 1023);
-      if (!n) return n.error();
-      o.cpu = *n;
+      auto list = ParseCpuList(*v, cpus > 0 ? cpus - 1 : 1023);
+      if (!list) return Error{{}, a + " " + *v + ": " + list.error().message()};
+      if (list->empty()) return Error{{}, a + ": needs at least one CPU (e.g. 2 or 2-5,7)"};
+      o.cpus = std::move(*list);
     } else if (a == "--threads") {
       XDPFWD_VALUE(v);
       auto n = ParseNumber<int>(a, *v, 1, 1024);
@@ -244,6 +248,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       positional.push_back(a);
     }
 #undef XDPFWD_VALUE
+  }
+  if (o.cpus.size() > 1) {
+    return Error{{},
+                 "--cpus " + FormatCpuList(o.cpus) +
+                     ": one fast-path worker per process for now, so give one CPU (N workers "
+                     "is #13's next step, docs/stack.md)"};
   }
   if (!rules_file.empty()) {
     if (!positional.empty()) {

@@ -23,7 +23,9 @@ struct Options {
   std::vector<Rule> rules;
   PathChoice path = PathChoice::kAuto;
   RelayLimits limits;
-  int cpu = -1;
+  // --cpus (or --cpu): cores for fast-path workers, ascending; empty: not pinned. One worker per
+  // process for now, so at most one CPU unless --path kernel (which pins nothing).
+  std::vector<int> cpus;
   int kernel_threads = 0;
   bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
   bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping

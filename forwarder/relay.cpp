@@ -229,7 +229,7 @@ struct Relay::Callbacks {
 
 Relay::Relay(const RelayConfig& config)
     : config_(config),
-      ledger_(FlowLedgerConfig{config.backend_ports, config.queue, config.flow_linger_ms}) {}
+      ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.flow_linger_ms}) {}
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));

@@ -29,7 +29,7 @@ struct RelayConfig {
   std::vector<RelayRule> rules;
   RelayLimits limits;
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
-  uint32_t queue = 0;                    // the RX queue this relay's worker serves
+  uint32_t worker = 0;                   // the worker this relay runs on (flow owner)
   // How long a closed connection's flow entries stay. Legs leave no TIME_WAIT pcb behind
   // (lwip_pcb::Release), so a late segment meets a reset from lwIP or the kernel alike; the
   // linger only keeps segments still in flight at the close on one path. Short, because a

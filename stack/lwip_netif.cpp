@@ -25,6 +25,7 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname) {
 struct LwipNetif::RxPbuf {
   pbuf_custom custom;  // first member: lwIP hands back the pbuf, we cast to RxPbuf
   LwipNetif* owner;
+  XskPort* port;  // the frame's UMEM: a frame goes back to the port it came from
   uint64_t addr;
 };
 
@@ -119,13 +120,14 @@ struct LwipNetifCallbacks {
 
   static void FreeRx(struct pbuf* p) {
     auto* rx = reinterpret_cast<LwipNetif::RxPbuf*>(p);
-    rx->owner->port_.Release(rx->addr);
+    rx->port->Release(rx->addr);
     --rx->owner->rx_pbufs_in_use_;
   }
 };
 
-LwipNetif::LwipNetif(XskPort& port, const LwipNetifConfig& config)
-    : port_(port),
+LwipNetif::LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config)
+    : ports_(ports),
+      port_(*ports.front()),
       config_(config),
       netif_(std::make_unique<struct netif>()),
       next_hops_(config.ifindex) {}
@@ -135,12 +137,19 @@ LwipNetif::~LwipNetif() {
   netif_remove(netif_.get());
 }
 
-Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNetifConfig& config) {
-  std::unique_ptr<LwipNetif> self(new LwipNetif(port, config));
-  self->rx_pbufs_.resize(port.frames().total);
-  for (RxPbuf& rx : self->rx_pbufs_) {
-    rx.owner = self.get();
-    rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
+Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>& ports,
+                                                     const LwipNetifConfig& config) {
+  if (ports.empty()) return Error{{}, "an lwIP netif needs at least one AF_XDP port"};
+  XskPort& port = *ports.front();
+  std::unique_ptr<LwipNetif> self(new LwipNetif(ports, config));
+  self->rx_pbufs_.resize(ports.size());
+  for (size_t k = 0; k < ports.size(); ++k) {
+    self->rx_pbufs_[k].resize(ports[k]->frames().total);
+    for (RxPbuf& rx : self->rx_pbufs_[k]) {
+      rx.owner = self.get();
+      rx.port = ports[k];
+      rx.custom.custom_free_function = LwipNetifCallbacks::FreeRx;
+    }
   }
   ip4_addr_t mask, gw;
   ip4_addr_set_u32(&mask, config.netmask.s_addr);
@@ -170,18 +179,23 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(XskPort& port, const LwipNe
 
 uint32_t LwipNetif::Poll(uint32_t budget) {
   RxFrame frames[64];
-  const uint32_t n = port_.Receive(std::span<RxFrame>(frames, std::min<uint32_t>(budget, 64)));
-  for (uint32_t i = 0; i < n; ++i) {
-    const RxFrame& f = frames[i];
-    RxPbuf& rx = rx_pbufs_[port_.FrameIndex(f.addr)];
-    rx.addr = f.addr;
-    ++rx_pbufs_in_use_;
-    pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom, f.data,
-                                  static_cast<u16_t>(f.len));
-    ++stats_.rx_frames;
-    netif_->input(p, netif_.get());  // consumes the pbuf whatever it decides
+  uint32_t total = 0;
+  for (size_t k = 0; k < ports_.size(); ++k) {
+    XskPort& port = *ports_[k];
+    const uint32_t n = port.Receive(std::span<RxFrame>(frames, std::min<uint32_t>(budget, 64)));
+    for (uint32_t i = 0; i < n; ++i) {
+      const RxFrame& f = frames[i];
+      RxPbuf& rx = rx_pbufs_[k][port.FrameIndex(f.addr)];
+      rx.addr = f.addr;
+      ++rx_pbufs_in_use_;
+      pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom,
+                                    f.data, static_cast<u16_t>(f.len));
+      ++stats_.rx_frames;
+      netif_->input(p, netif_.get());  // consumes the pbuf whatever it decides
+    }
+    total += n;
   }
-  return n;
+  return total;
 }
 
 }  // namespace xdpfwd

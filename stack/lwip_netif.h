@@ -1,6 +1,7 @@
-// One lwIP netif over one AF_XDP port. RX is zero-copy: each received frame enters lwIP as a
-// custom pbuf pointing into UMEM, and its free callback gives the frame back to the port. TX
-// copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; the
+// One lwIP netif over the AF_XDP ports of one interface, one port per RX queue. RX is
+// zero-copy: each received frame enters lwIP as a custom pbuf pointing into its port's UMEM,
+// and its free callback gives the frame back to that port. TX goes out through the first port:
+// it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; the
 // destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
 #pragma once
 
@@ -74,18 +75,23 @@ struct NetifStats {
 
 class LwipNetif {
  public:
-  // Adds the netif to lwIP (lwip_init() must have run on this thread). The port must outlive it.
-  static Result<std::unique_ptr<LwipNetif>> Create(XskPort& port, const LwipNetifConfig& config);
+  // Adds the netif to lwIP (lwip_init() must have run on this thread). It receives from every
+  // port in `ports` (one per RX queue of the interface: the kernel hands a socket only what
+  // arrives on its own queue) and sends through ports[0]. The ports must outlive it.
+  static Result<std::unique_ptr<LwipNetif>> Create(const std::vector<XskPort*>& ports,
+                                                   const LwipNetifConfig& config);
   ~LwipNetif();
   LwipNetif(const LwipNetif&) = delete;
   LwipNetif& operator=(const LwipNetif&) = delete;
 
-  // Feeds up to `budget` received frames to lwIP; returns how many.
+  // Feeds up to `budget` received frames from each port to lwIP; returns how many in all.
   uint32_t Poll(uint32_t budget = 64);
   struct netif* get() {
     return netif_.get();
   }
-  XskPort& port() { return port_; }
+  XskPort& port() { return port_; }  // the TX port
+  // Every port, the TX port first: each needs its Flush (completions, fill-ring top-up).
+  const std::vector<XskPort*>& ports() const { return ports_; }
   const NetifStats& stats() const { return stats_; }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return next_hops_; }
@@ -93,13 +99,15 @@ class LwipNetif {
  private:
   struct RxPbuf;
   friend struct LwipNetifCallbacks;  // lwIP's C callbacks (output, custom pbuf free)
-  LwipNetif(XskPort& port, const LwipNetifConfig& config);
+  LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config);
 
-  XskPort& port_;
+  std::vector<XskPort*> ports_;
+  XskPort& port_;  // ports_[0], the TX port
   LwipNetifConfig config_;
   std::unique_ptr<struct netif> netif_;
   std::vector<std::unique_ptr<struct netif>> aliases_;
-  std::vector<RxPbuf> rx_pbufs_;  // one per UMEM frame, indexed by frame number
+  // Per port, one per UMEM frame, indexed by frame number (each port has its own UMEM).
+  std::vector<std::vector<RxPbuf>> rx_pbufs_;
   uint32_t rx_pbufs_in_use_ = 0;
   NextHopCache next_hops_;
   NetifStats stats_;

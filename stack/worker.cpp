@@ -35,7 +35,9 @@ bool Worker::RunOnce() {
   // timer list's head.
   const bool timers_due = sys_timeouts_sleeptime() == 0;
   sys_check_timeouts();
-  for (LwipNetif* n : netifs_) n->port().Flush();
+  for (LwipNetif* n : netifs_) {
+    for (XskPort* p : n->ports()) p->Flush();
+  }
   ++stats_.iterations;
   return received > 0 || timers_due;
 }
@@ -72,7 +74,9 @@ Result<void> Worker::Run(const std::atomic<bool>& stop,
 }
 
 void Worker::Drain() {
-  for (LwipNetif* n : netifs_) n->port().DrainTx();
+  for (LwipNetif* n : netifs_) {
+    for (XskPort* p : n->ports()) p->DrainTx();
+  }
 }
 
 WorkerStats Worker::stats() const {

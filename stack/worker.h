@@ -1,5 +1,6 @@
-// The fast path's busy-poll loop: one thread, pinned to a core, that moves received frames
-// into lwIP, runs lwIP's timers and flushes every port's TX once per iteration. It owns lwIP:
+// The fast path's busy-poll loop: one thread, pinned to a core, that moves received frames of
+// every port (every RX queue of every interface) into lwIP, runs lwIP's timers and flushes
+// every port once per iteration. It owns lwIP:
 // every lwIP call happens on this thread.
 #pragma once
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* xdpfwd's steering program: new TCP flows to a configured listener and every
- * packet of a known flow go to the AF_XDP socket of the rx queue; everything
+ * packet of a known flow go to the AF_XDP socket of the rx queue they arrived
+ * on (userspace binds one on every queue); everything
  * else passes to the kernel. Nothing is ever dropped. Each decision is counted
  * per CPU under a stable reason code. */
 #include <linux/bpf.h>
@@ -230,7 +231,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	if (syn_flows >= syn_flow_budget)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 
-	flow.owner = ctx->rx_queue_index;
+	flow.owner = STEER_SOLE_WORKER;
 	flow.rule_id = listener->rule_id;
 	flow.created_ns = bpf_ktime_get_ns();
 	flow.origin = STEER_FLOW_FROM_SYN;

@@ -8,6 +8,10 @@
 
 #define STEER_PROG_NAME "xdpfwd_steer"
 #define STEER_MAX_QUEUES 64
+/* The worker a flow belongs to (steer_flow.owner). One worker per process serves every rx
+ * queue of every interface, so the program stamps new flows with this one; N workers is the
+ * next step (docs/stack.md). */
+#define STEER_SOLE_WORKER 0
 #define STEER_MAX_LISTENERS 1024
 /* As many client flows as the fast path holds connections (FastPath::MaxConnections). */
 #define STEER_DEFAULT_FLOW_CAPACITY 131072
@@ -38,7 +42,7 @@ enum steer_flow_origin {
 };
 
 struct steer_flow {
-  __u32 owner; /* worker (= rx queue) that serves the flow */
+  __u32 owner; /* worker that serves the flow (not a queue: STEER_SOLE_WORKER) */
   __u32 rule_id;
   __u64 created_ns; /* bpf_ktime_get_ns() at insertion: lets userspace reap stray entries */
   __u32 origin;     /* enum steer_flow_origin */

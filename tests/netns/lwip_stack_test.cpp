@@ -69,7 +69,7 @@ struct FastInterface {
     nc.mtu = static_cast<uint16_t>(*mtu);
     nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(ifname);
     EXPECT_FALSE(nc.verify_tcp_checksum) << "veth: CHECKSUM_PARTIAL frames (docs/stack.md)";
-    auto n = LwipNetif::Create(*port, nc);
+    auto n = LwipNetif::Create({port.get()}, nc);
     ASSERT_TRUE(n) << n.error().message();
     netif = std::move(*n);
   }

@@ -31,6 +31,9 @@ using xdpfwd::ToString;  // os/endpoint.h: dotted quad
 
 struct TopologyOptions {
   int mtu = 1500;
+  // RX and TX queues on all four veth ends. The RX queue a packet lands on is its sender's TX
+  // queue, picked by the sender's transmit hash per flow.
+  int queues = 1;
 };
 
 class Topology {

@@ -22,7 +22,7 @@ in_addr Ip(const char* dotted) {
   return a;
 }
 
-constexpr uint32_t kQueue = 3;
+constexpr uint32_t kWorker = 3;
 constexpr uint64_t kLingerMs = 1000;
 
 class FlowLedgerTest : public ::testing::Test {
@@ -41,7 +41,7 @@ class FlowLedgerTest : public ::testing::Test {
   }
 
   FlowLedgerConfig Config(std::vector<PortRange> ports = {{2000, 2009}}) {
-    return FlowLedgerConfig{std::move(ports), kQueue, kLingerMs, FakeClockNs};
+    return FlowLedgerConfig{std::move(ports), kWorker, kLingerMs, FakeClockNs};
   }
 
   static FlowTuple Client(uint16_t port) {
@@ -72,7 +72,7 @@ TEST_F(FlowLedgerTest, AcceptMarksTheClientEntryOrPutsItBack) {
   auto entry = clients_.Find(Client(40000));
   ASSERT_TRUE(entry);
   EXPECT_TRUE(entry->accepted);
-  EXPECT_EQ(entry->owner, kQueue);
+  EXPECT_EQ(entry->owner, kWorker);
   EXPECT_EQ(entry->rule_id, 7u);
 
   // Reaped before the accept (a slow handshake): entered again, or the client's next packets
@@ -80,7 +80,7 @@ TEST_F(FlowLedgerTest, AcceptMarksTheClientEntryOrPutsItBack) {
   ledger.Accept(route, Client(40001));
   entry = clients_.Find(Client(40001));
   ASSERT_TRUE(entry);
-  EXPECT_EQ(entry->owner, kQueue);
+  EXPECT_EQ(entry->owner, kWorker);
 }
 
 TEST_F(FlowLedgerTest, BackendLegGetsItsPortAndFlowBeforeItStarts) {
@@ -97,7 +97,7 @@ TEST_F(FlowLedgerTest, BackendLegGetsItsPortAndFlowBeforeItStarts) {
   ASSERT_TRUE(ledger.AddBackendFlow(b));
   const auto entry = backends_.Find(b.backend_flow);
   ASSERT_TRUE(entry);
-  EXPECT_EQ(entry->owner, 0u) << "return traffic from backends is steered to worker 0";
+  EXPECT_EQ(entry->owner, kWorker) << "return traffic belongs to the worker that owns the client";
   EXPECT_EQ(entry->rule_id, 1u);
 }
 

@@ -1,5 +1,5 @@
 // Command-line parsing: --backend-source (the list, its errors), --max-connections per path,
-// and the sysctl text the kernel path reads its local port range from.
+// --cpus, and the sysctl text the kernel path reads its local port range from.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
@@ -104,6 +104,33 @@ TEST(MaxConnectionsOption, UnsetLeavesEachPathItsDefault) {
   ASSERT_TRUE(set) << set.error().message();
   EXPECT_EQ(set->max_connections, 5000u);
   EXPECT_NE(ErrorOf({"--max-connections", "0"}), "(parsed)");
+}
+
+// --cpus LIST (and --cpu N, its one-CPU form): parsed as the kernel writes CPU lists; more than
+// one CPU is refused while one worker serves every queue, never silently cut to the first.
+TEST(CpusOption, OneCpuPinsTheWorker) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_TRUE(unset->cpus.empty());
+  auto one = Parse({"--cpus", "1"});
+  ASSERT_TRUE(one) << one.error().message();
+  EXPECT_EQ(one->cpus, std::vector<int>{1});
+  auto old = Parse({"--cpu", "0"});
+  ASSERT_TRUE(old) << old.error().message();
+  EXPECT_EQ(old->cpus, std::vector<int>{0});
+}
+
+TEST(CpusOption, ErrorsNameTheOptionAndTheFault) {
+  EXPECT_EQ(ErrorOf({"--cpus", "0-1"}),
+            "--cpus 0-1: one fast-path worker per process for now, so give one CPU (N workers "
+            "is #13's next step, docs/stack.md)");
+  EXPECT_EQ(ErrorOf({"--cpus", "x"}), "--cpus x: 'x' is not a CPU number");
+  EXPECT_EQ(ErrorOf({"--cpus", "1,x"}), "--cpus 1,x: 'x' is not a CPU number");
+  EXPECT_EQ(ErrorOf({"--cpus", "1-0"}), "--cpus 1-0: '1-0' is a reversed range");
+  EXPECT_EQ(ErrorOf({"--cpus", ""}), "--cpus: needs at least one CPU (e.g. 2 or 2-5,7)");
+  EXPECT_EQ(ErrorOf({"--cpus", "0,0"}), "--cpus 0,0: CPU 0 is given twice");
+  EXPECT_NE(ErrorOf({"--cpu", "100000"}).find("does not exist"), std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--cpus LIST"), std::string::npos);
 }
 
 TEST(LocalPorts, RangeLessReservedPorts) {

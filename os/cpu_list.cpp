@@ -1,0 +1,79 @@
+// CPU list parsing and formatting; see cpu_list.h.
+#include "os/cpu_list.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace xdpfwd {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+Result<int> ParseCpu(std::string_view item, int max_cpu) {
+  int cpu = -1;
+  const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), cpu);
+  if (item.empty() || ec != std::errc() || end != item.data() + item.size() || cpu < 0) {
+    return Error{{}, "'" + std::string(item) + "' is not a CPU number"};
+  }
+  if (cpu > max_cpu) {
+    return Error{{},
+                 "CPU " + std::to_string(cpu) + " does not exist (the highest is " +
+                     std::to_string(max_cpu) + ")"};
+  }
+  return cpu;
+}
+
+}  // namespace
+
+Result<std::vector<int>> ParseCpuList(std::string_view text, int max_cpu) {
+  text = Trim(text);
+  std::vector<int> cpus;
+  if (text.empty()) return cpus;
+  for (std::string_view rest = text;;) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = Trim(rest.substr(0, comma));
+    const size_t dash = item.find('-');
+    auto lo = ParseCpu(item.substr(0, dash), max_cpu);
+    if (!lo) return lo.error();
+    int hi = *lo;
+    if (dash != std::string_view::npos) {
+      auto h = ParseCpu(item.substr(dash + 1), max_cpu);
+      if (!h) return h.error();
+      if (*h < *lo) {
+        return Error{{}, "'" + std::string(item) + "' is a reversed range"};
+      }
+      hi = *h;
+    }
+    for (int c = *lo; c <= hi; ++c) cpus.push_back(c);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  if (auto twice = std::adjacent_find(cpus.begin(), cpus.end()); twice != cpus.end()) {
+    return Error{{}, "CPU " + std::to_string(*twice) + " is given twice"};
+  }
+  return cpus;
+}
+
+std::string FormatCpuList(const std::vector<int>& cpus) {
+  if (cpus.empty()) return "none";
+  std::vector<int> sorted = cpus;
+  std::sort(sorted.begin(), sorted.end());
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(sorted[i]);
+    if (j > i) out += "-" + std::to_string(sorted[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,105 @@
+// Core isolation report; see isolation.h.
+#include "os/isolation.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+
+#include "os/cpu_list.h"
+
+namespace xdpfwd {
+namespace {
+
+std::string ReadFile(const std::string& path, bool* found = nullptr) {
+  std::ifstream in(path);
+  if (found != nullptr) *found = static_cast<bool>(in);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A kernel CPU list, or nullopt when it cannot be read as one. Some kernels print "(null)" for
+// an empty nohz_full mask.
+std::optional<std::vector<int>> KernelList(const std::string& text) {
+  if (text.find("(null)") != std::string::npos) return std::vector<int>{};
+  auto cpus = ParseCpuList(text);
+  if (!cpus) return std::nullopt;
+  return *cpus;
+}
+
+bool Contains(const std::optional<std::vector<int>>& list, int cpu) {
+  return list && std::binary_search(list->begin(), list->end(), cpu);
+}
+
+}  // namespace
+
+IsolationFacts ReadIsolationFacts() {
+  IsolationFacts f;
+  f.isolated = ReadFile("/sys/devices/system/cpu/isolated");
+  f.nohz_full = ReadFile("/sys/devices/system/cpu/nohz_full", &f.nohz_full_known);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/irq", ec)) {
+    if (!e.is_directory(ec)) continue;
+    bool found = false;
+    std::string list = ReadFile((e.path() / "smp_affinity_list").string(), &found);
+    if (found) f.irq_affinities.push_back(std::move(list));
+  }
+  return f;
+}
+
+IsolationReport ReportIsolation(const IsolationFacts& facts,
+                                const std::vector<SpinningThread>& threads) {
+  IsolationReport r;
+  const auto isolated = KernelList(facts.isolated);
+  const auto nohz = KernelList(facts.nohz_full);
+  std::map<int, std::vector<std::string>> by_cpu;  // pinned spinners per core
+  std::vector<std::string> unpinned;
+  for (const SpinningThread& t : threads) {
+    if (t.cpu < 0) {
+      unpinned.push_back(t.name);
+    } else {
+      by_cpu[t.cpu].push_back(t.name);
+    }
+  }
+  for (const auto& [cpu, names] : by_cpu) {
+    size_t irqs = 0, readable = 0;
+    for (const std::string& text : facts.irq_affinities) {
+      const auto list = KernelList(text);
+      if (!list) continue;
+      ++readable;
+      if (Contains(list, cpu)) ++irqs;
+    }
+    std::string who;
+    for (const std::string& n : names) who += (who.empty() ? "" : " and ") + n;
+    const bool iso = Contains(isolated, cpu);
+    const bool tickless = Contains(nohz, cpu);
+    std::string line =
+        "CPU " + std::to_string(cpu) + " (" + who +
+        "): " + (isolated ? (iso ? "in isolcpus" : "not in isolcpus") : "isolcpus unknown") + ", " +
+        (!facts.nohz_full_known ? "no nohz_full support"
+         : nohz                 ? (tickless ? "nohz_full" : "not nohz_full")
+                                : "nohz_full unknown") +
+        ", " + std::to_string(irqs) + " of " + std::to_string(readable) +
+        " IRQs may be delivered there";
+    if (!iso || irqs > 0) line += " (docs/tuning.md says how to give it the core alone)";
+    r.lines.push_back(line);
+    if (names.size() > 1) {
+      r.warnings.push_back("CPU " + std::to_string(cpu) + " is shared by " + who +
+                           ": spinning threads on one core take turns by scheduler ticks");
+    }
+  }
+  for (const std::string& name : unpinned) {
+    if (by_cpu.empty()) {
+      r.warnings.push_back(name + " not pinned: it spins wherever the scheduler puts it");
+      continue;
+    }
+    std::vector<int> pinned;
+    for (const auto& entry : by_cpu) pinned.push_back(entry.first);
+    r.warnings.push_back(name + " not pinned: may spin on CPU " + FormatCpuList(pinned) +
+                         " beside the pinned threads there");
+  }
+  return r;
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,79 @@
+// The isolation report from the kernel's files' contents: what it says of each spinning
+// thread's core, and when it warns.
+#include "os/isolation.h"
+
+#include <gtest/gtest.h>
+
+namespace xdpfwd {
+namespace {
+
+bool Has(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& l : lines) {
+    if (l.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string All(const IsolationReport& r) {
+  std::string out;
+  for (const auto& l : r.lines) out += "line: " + l + "\n";
+  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+  return out;
+}
+
+TEST(IsolationTest, AnIsolatedTicklessCoreWithNoIrqs) {
+  IsolationFacts f;
+  f.isolated = "2-3\n";
+  f.nohz_full = "2-3\n";
+  f.irq_affinities = {"0-1\n", "0\n", "1\n"};
+  const IsolationReport r = ReportIsolation(f, {{"fast-path worker", 2}});
+  ASSERT_EQ(r.lines.size(), 1u) << All(r);
+  EXPECT_EQ(r.lines[0],
+            "CPU 2 (fast-path worker): in isolcpus, nohz_full, 0 of 3 IRQs may be delivered there");
+  EXPECT_TRUE(r.warnings.empty()) << All(r);
+}
+
+TEST(IsolationTest, ASharedCoreWithIrqsPointsToTheTuningPage) {
+  IsolationFacts f;
+  f.isolated = "\n";
+  f.nohz_full = "(null)\n";  // older kernels' empty mask
+  f.irq_affinities = {"0-1\n", "1\n", "0\n", "garbage"};
+  const IsolationReport r = ReportIsolation(f, {{"fast-path worker", 1}});
+  ASSERT_EQ(r.lines.size(), 1u) << All(r);
+  EXPECT_TRUE(Has(r.lines, "CPU 1 (fast-path worker): not in isolcpus, not nohz_full, 2 of 3 IRQs"))
+      << All(r) << "an unreadable affinity is left out of the count";
+  EXPECT_TRUE(Has(r.lines, "docs/tuning.md")) << All(r);
+}
+
+TEST(IsolationTest, NoNohzFullFileSaysSo) {
+  IsolationFacts f;
+  f.nohz_full_known = false;
+  const IsolationReport r = ReportIsolation(f, {{"fast-path worker", 0}});
+  EXPECT_TRUE(Has(r.lines, "no nohz_full support")) << All(r);
+}
+
+TEST(IsolationTest, WarnsWhenSpinningThreadsShareACore) {
+  IsolationFacts f;
+  const IsolationReport r =
+      ReportIsolation(f, {{"fast-path worker", 1}, {"kernel-path thread", 1}, {"other", 0}});
+  EXPECT_EQ(r.lines.size(), 2u) << All(r);
+  ASSERT_EQ(r.warnings.size(), 1u) << All(r);
+  EXPECT_TRUE(Has(r.warnings, "CPU 1 is shared by fast-path worker and kernel-path thread"))
+      << All(r);
+}
+
+TEST(IsolationTest, WarnsOfUnpinnedSpinners) {
+  IsolationFacts f;
+  IsolationReport r =
+      ReportIsolation(f, {{"fast-path worker", 1}, {"kernel-path threads (busy-polling)", -1}});
+  EXPECT_TRUE(Has(r.warnings, "kernel-path threads (busy-polling) not pinned: may spin on CPU 1"))
+      << All(r);
+  r = ReportIsolation(f, {{"fast-path worker", -1}});
+  EXPECT_TRUE(r.lines.empty()) << All(r);
+  EXPECT_TRUE(Has(r.warnings, "fast-path worker not pinned")) << All(r);
+  r = ReportIsolation(f, {});
+  EXPECT_TRUE(r.lines.empty() && r.warnings.empty()) << All(r);
+}
+
+}  // namespace
+}  // namespace xdpfwd
