@@ -436,3 +436,31 @@ def publish(table, png, meta):
     with open(doc, "w") as f:
         f.write(f"{head}{begin}\n{table}{chart_md}\n{end}{tail}")
     log(f"updated {doc}")
+
+
+def loss_table(results, percents, target, fast="xdpfwd-xdp", kernel="xdpfwd-kernel"):
+    """bench/loss.py's rows as Markdown: per loss level, each path's time, the ratio and the
+    verdict against `target` (fast path time / kernel path time); and whether
+    a transfer failed (not finished in time, bytes or hashes wrong), which fails the run. A
+    missed target does not, as for bench/run's other targets."""
+    def cell(r):
+        if "error" in r:
+            return f"FAILED ({r['error']})"
+        return f"{r['seconds']:.2f} s (up {r['upload_s']:.2f} / down {r['download_s']:.2f})"
+
+    lines = [f"| loss | kernel path | fast path | ratio | target ≤ {target}x |", "|---|---|---|---|---|"]
+    fr, kr = results.get(fast, []), results.get(kernel, [])
+    failed = False
+    for i, percent in enumerate(percents):
+        f = fr[i] if i < len(fr) else {"error": "not measured"}
+        k = kr[i] if i < len(kr) else {"error": "not measured"}
+        if "error" in f or "error" in k:
+            ratio, verdict = "-", "**FAILED**"
+            failed = True
+        else:
+            ratio = f"{f['seconds'] / k['seconds']:.2f}x"
+            verdict = ("met" if f["seconds"] <= target * k["seconds"] else "**missed**")
+            if percent == 0:  # the target is for loss; without it the row is the reference
+                verdict = "(reference)"
+        lines.append(f"| {percent}% | {cell(k)} | {cell(f)} | {ratio} | {verdict} |")
+    return "\n".join(lines) + "\n", failed

@@ -3,8 +3,10 @@
 // (RFC 6298), 0006 repairs several losses of one window without a timeout (RFC 6582 NewReno),
 // 0007 repairs a loss with too few segments behind it for three duplicate ACKs (RFC 3042),
 // 0008 keeps a closed sender whose peer holds a zero window, 0009 repairs the holes the peer's
-// SACK blocks show within one round trip. LossTransfer measures a 4 MiB transfer at 1% and 3%
-// loss (docs/stack.md, "Loss recovery").
+// SACK blocks show within one round trip, 0011 counts duplicate ACKs that change the window or
+// carry data (RFC 6675), 0012 resends the head on a partial ACK with no SACK-shown hole, 0013
+// resends a lost fast retransmission after a probe timeout (RFC 8985). LossTransfer measures a
+// 4 MiB transfer at 1% and 3% loss (docs/stack.md, "Loss recovery").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -274,29 +276,34 @@ TEST_F(LwipRecoveryTest, LostSegmentIsRetransmittedAfterTheMeasuredRto) {
 }
 
 // Runs a burst of `segments` full segments from client to server after a warm-up that opens
-// the congestion window, dropping the first transmission of the segments at `lost` (indices
-// into the burst). Returns the lwIP time the burst took, in ticks.
+// the congestion window, dropping the first `copies` transmissions of the segments at `lost`
+// (indices into the burst). `on_deliver` sees every packet the wire delivers during the burst,
+// just before the receiver does. Returns the lwIP time the burst took, in ticks.
 uint64_t BurstWithLosses(LwipRecoveryTest& t, LwipWire& wire, Peer& client, Peer& server,
-                         size_t segments, const std::vector<size_t>& lost) {
+                         size_t segments, const std::vector<size_t>& lost, size_t copies = 1,
+                         const std::function<void(const WirePacket&)>& on_deliver = {}) {
   t.TransferForMeasure(client, server, 256 * 1024);  // cwnd grows past the burst
   if (::testing::Test::HasFatalFailure()) return 0;
   const uint32_t base = client.pcb->snd_nxt;
-  std::vector<uint32_t> dropped;
+  std::vector<uint32_t> dropped;  // one entry per dropped transmission
   wire.SetFilter([&, base](const WirePacket& p) {
-    if (!FromClient(p) || !IsData(p)) return WireVerdict::kDeliver;
-    for (size_t index : lost) {
-      const uint32_t seq = base + static_cast<uint32_t>(index) * kMss;
-      if (p.tcp.seq == seq && std::find(dropped.begin(), dropped.end(), seq) == dropped.end()) {
-        dropped.push_back(seq);
-        return WireVerdict::kDrop;
+    if (FromClient(p) && IsData(p)) {
+      for (size_t index : lost) {
+        const uint32_t seq = base + static_cast<uint32_t>(index) * kMss;
+        if (p.tcp.seq == seq &&
+            static_cast<size_t>(std::count(dropped.begin(), dropped.end(), seq)) < copies) {
+          dropped.push_back(seq);
+          return WireVerdict::kDrop;
+        }
       }
     }
+    if (on_deliver) on_deliver(p);
     return WireVerdict::kDeliver;
   });
   const uint64_t start = wire.ticks();
   t.TransferForMeasure(client, server, segments * kMss);
   wire.SetFilter(nullptr);
-  EXPECT_EQ(dropped.size(), lost.size());
+  EXPECT_EQ(dropped.size(), lost.size() * copies);
   return wire.ticks() - start;
 }
 
@@ -335,6 +342,92 @@ TEST_F(LwipRecoveryTest, SackedHolesAreRepairedInOneRoundTrip) {
   EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
   // The burst's round trip and the one of the repairs, a delayed ACK tick each.
   EXPECT_LE(ticks, 2 * (2 * kOneWayTicks + 1));
+}
+
+// 0011: the receiver's application reads a backlog while the hole is open (as Linux's window
+// grows while it queues out-of-order data), so each duplicate ACK announces a larger window.
+// RFC 5681's clause 3 did not count them, and the loss waited for the RTO, whose go-back-N
+// resent the whole flight; RFC 6675 counts an ACK that SACKs new data.
+TEST_F(LwipRecoveryTest, DuplicateAcksThatOpenTheWindowCount) {
+  constexpr uint32_t kOneWayTicks = 5;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  server_.reading = false;  // the warm-up leaves a backlog to read during the burst
+  const WireCounters before = wire_.counters();
+  std::vector<uint16_t> dupack_windows;
+  BurstWithLosses(*this, wire_, client_, server_, 60, {10}, 1, [&](const WirePacket& p) {
+    if (FromClient(p) && IsData(p) && server_.unread >= 2 * kMss) {
+      tcp_recved(server_.pcb, 2 * kMss);  // grows the right edge by more than an MSS
+      server_.unread -= 2 * kMss;
+    }
+    if (!FromClient(p) && !IsData(p) && p.tcp.ack == client_.pcb->lastack) {
+      dupack_windows.push_back(p.tcp.window);
+    }
+  });
+  ASSERT_FALSE(HasFailure());
+  ASSERT_GE(dupack_windows.size(), 3u);
+  EXPECT_NE(dupack_windows[0], dupack_windows[2]) << "the duplicate ACKs kept one window";
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 1u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+}
+
+// 0011: the receiver is sending too, so its duplicate ACKs ride on its data (a relayed
+// connection carries both directions). Clause 2 did not count them, and each reset the count.
+TEST_F(LwipRecoveryTest, DuplicateAcksOnDataCount) {
+  constexpr uint32_t kOneWayTicks = 5;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  tcp_nagle_disable(server_.pcb);
+  const WireCounters before = wire_.counters();
+  size_t dupacks_on_data = 0;
+  const std::string reply = Payload(16);
+  BurstWithLosses(*this, wire_, client_, server_, 60, {10}, 1, [&](const WirePacket& p) {
+    if (FromClient(p) && IsData(p)) {
+      // Queued, not sent: the server's tcp_input sends it with the ACK for this segment.
+      EXPECT_EQ(tcp_write(server_.pcb, reply.data(), static_cast<u16_t>(reply.size()),
+                          TCP_WRITE_FLAG_COPY),
+                ERR_OK);
+    }
+    if (!FromClient(p) && IsData(p) && p.tcp.ack == client_.pcb->lastack) ++dupacks_on_data;
+  });
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GE(dupacks_on_data, 3u) << "the duplicate ACKs did not carry data";
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 1u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+}
+
+// 0012: the last segment of the burst is lost as well as one before it. After the first repair
+// the partial ACK stops below the last segment, which nothing SACKed lies above: NewReno's
+// rule resends it at once. With 0009 alone only a SACK-shown hole was resent, and the RTO
+// repaired it (go-back-N: the timer resends it).
+TEST_F(LwipRecoveryTest, LostLastSegmentOfRecoveryIsRepairedWithoutTimeout) {
+  constexpr uint32_t kOneWayTicks = 5;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const WireCounters before = wire_.counters();
+  const uint64_t ticks = BurstWithLosses(*this, wire_, client_, server_, 60, {10, 59});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 2u);
+  EXPECT_EQ(wire_.counters().timer_retransmitted - before.timer_retransmitted, 0u);
+  // The burst's round trip and the two repairs, a delayed ACK tick each.
+  EXPECT_LE(ticks, 3 * (2 * kOneWayTicks + 1));
+}
+
+// 0013: a segment and its fast retransmission are both lost while the rest of the flight is
+// SACKed. Nothing comes back to show it; lwIP waited for the RTO (at least 300 ms here) and its
+// go-back-N resent the whole flight. The probe timeout (2 * SRTT, 80 ms at this 40 ms round
+// trip) sends it again: one more copy and no go-back-N.
+TEST_F(LwipRecoveryTest, LostRetransmissionIsSentAgainBeforeTheRto) {
+  constexpr uint32_t kOneWayTicks = 2;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const WireCounters before = wire_.counters();
+  const uint64_t ticks = BurstWithLosses(*this, wire_, client_, server_, 60, {10}, 2);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 2u);
+  // The burst's round trip, the lost fast retransmit's, the probe timeout and the repair's
+  // round trip; the RTO alone is 30 ticks.
+  EXPECT_LE(ticks * kTickMs, uint64_t{TCP_RTO_MIN_MS});
 }
 
 // 0007: right after the handshake cwnd is three segments (RFC 3390's 4380 bytes). Six are

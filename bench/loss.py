@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""bench/run's loss rows (by default; --no-loss skips them, --loss-only runs nothing else): 64
+MiB each way through the fast path and the kernel path at 0, 1 and 3% loss, same run (issue
+#14's target: the fast path within 1.5x of the kernel path's time).
+
+The loss is xdp/lossy.bpf.c (bench/lossy_main.cpp, `xdpfwd-lossy`) on the namespace side of
+both veths: it drops that share of the TCP frames the client and the server receive, i.e. the
+forwarder's data and ACKs toward them. One transfer per row: the client sends 64 MiB and
+half-closes while it reads the server's 64 MiB until EOF; the server does the same the other
+way. Both streams are a seeded pseudo-random pattern, hashed at the receiver after the clock
+stops and compared with the sender's. A transfer that does not end within --loss-timeout
+seconds fails its row and says so.
+
+Also the transfer's two ends: `loss.py serve ADDR:PORT BYTES SEED` and `loss.py client ADDR:PORT
+BYTES SEED` (each prints one JSON line; run inside the namespaces by bench/run).
+"""
+
+import hashlib
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+LOSS_PERCENT = (0, 1, 3)
+RATIO_TARGET = 1.5
+LISTEN_BASE, SERVER_BASE = 8900, 6900  # below bench/run's blocks (9000+, 7000+)
+CHUNK = 1 << 20
+
+
+def pattern(nbytes, seed):
+    """The stream one side sends: pseudo-random bytes, so a misplaced segment shows."""
+    rng = random.Random(seed)
+    return rng.randbytes(nbytes)
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def stream(sock, out, nbytes, start):
+    """Sends `out` and half-closes while reading until EOF; returns the end's JSON."""
+    got = bytearray(nbytes + CHUNK)
+    view = memoryview(got)
+    result = {}
+
+    def send():
+        sock.sendall(out)
+        sock.shutdown(socket.SHUT_WR)
+        result["sent_s"] = time.monotonic() - start
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    n = 0
+    while True:
+        k = sock.recv_into(view[n:n + CHUNK])
+        if k == 0:
+            break
+        n += k
+        if n > nbytes:
+            break
+    result["received_s"] = time.monotonic() - start
+    sender.join()
+    result.update(received=n, received_sha256=digest(view[:n]), sent_sha256=digest(out))
+    return result
+
+
+def serve(addr, nbytes, seed):
+    host, port = addr.rsplit(":", 1)
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((host, int(port)))
+    ls.listen(4)
+    out = pattern(nbytes, seed)  # before the clock starts
+    print("listening", flush=True)
+    c, _ = ls.accept()
+    # The server's clock starts at its accept; the client reports its connect time on the
+    # same clock (CLOCK_MONOTONIC is one clock across namespaces), bench/run aligns them.
+    start = time.monotonic()
+    r = stream(c, out, nbytes, start)
+    r["start"] = start
+    print(json.dumps(r), flush=True)
+
+
+def client(addr, nbytes, seed):
+    host, port = addr.rsplit(":", 1)
+    out = pattern(nbytes, seed)
+    start = time.monotonic()
+    s = socket.create_connection((host, int(port)), timeout=600)
+    s.settimeout(None)
+    r = stream(s, out, nbytes, start)
+    r["start"] = start
+    print(json.dumps(r), flush=True)
+
+
+# --- run by bench/run --------------------------------------------------------------------------
+
+def attach_loss(bench, topo, percent):
+    """xdpfwd-lossy on both namespaces' veths; returns the two processes (stop_loss ends them)."""
+    procs = []
+    for ns in (topo.cns, topo.sns):
+        p = subprocess.Popen(["ip", "netns", "exec", ns, bench.args.lossy, "eth0",
+                              str(percent * 10_000)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        line = p.stdout.readline()
+        if not line.startswith("attached"):
+            stop_loss(procs)
+            raise RuntimeError(f"xdpfwd-lossy in {ns}: {line.strip() or 'exited'}")
+    return procs
+
+
+def stop_loss(procs):
+    """Detaches (closing stdin ends xdpfwd-lossy); returns the frames dropped, both sides."""
+    dropped = 0
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=10)
+            dropped += json.loads(out.strip().splitlines()[-1]).get("dropped", 0)
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            p.kill()
+            p.wait()
+    return dropped
+
+
+def transfer(bench, topo, config, slot, percent, nbytes, logdir):
+    """One row: returns {"seconds", "upload_s", "download_s", "dropped", "error"?, ...}."""
+    me = os.path.abspath(__file__)
+    listen, server = LISTEN_BASE + slot, SERVER_BASE + slot
+    seed_up, seed_down = 1000 + slot, 2000 + slot
+    row = {"loss": percent, "bytes": nbytes}
+    srv = subprocess.Popen(bench.netns(topo.sns, [sys.executable, me, "serve",
+                                                  f"{topo.server}:{server}", str(nbytes),
+                                                  str(seed_down)]),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    loss = []
+    cli = None
+    try:
+        if srv.stdout.readline().strip() != "listening":
+            raise RuntimeError("the transfer's server did not start")
+        loss = attach_loss(bench, topo, percent)
+        cli = subprocess.Popen(bench.netns(topo.cns, [sys.executable, me, "client",
+                                                      f"{topo.client_gw}:{listen}", str(nbytes),
+                                                      str(seed_up)]),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            cout, _ = cli.communicate(timeout=bench.args.loss_timeout)
+            sout, _ = srv.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            row["error"] = f"not finished within {bench.args.loss_timeout} s"
+            return row
+        c, s = json.loads(cout.strip().splitlines()[-1]), json.loads(sout.strip().splitlines()[-1])
+        row["upload_s"] = round(s["received_s"] + s["start"] - c["start"], 3)
+        row["download_s"] = round(c["received_s"], 3)
+        row["seconds"] = max(row["upload_s"], row["download_s"])
+        bad = []
+        if s["received"] != nbytes or s["received_sha256"] != c["sent_sha256"]:
+            bad.append(f"upload: {s['received']} bytes, hash {'ok' if s['received_sha256'] == c['sent_sha256'] else 'differs'}")
+        if c["received"] != nbytes or c["received_sha256"] != s["sent_sha256"]:
+            bad.append(f"download: {c['received']} bytes, hash {'ok' if c['received_sha256'] == s['sent_sha256'] else 'differs'}")
+        if bad:
+            row["error"] = "; ".join(bad)
+    except (RuntimeError, ValueError, IndexError, KeyError) as e:
+        row["error"] = str(e)
+    finally:
+        for p in (cli, srv):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        row["dropped"] = stop_loss(loss)
+        stats = None
+        try:
+            stats = config.stats()
+        except Exception:  # counters are extra information, the row stands without them
+            pass
+        if stats:
+            row["retransmits"] = stats.get("retransmits")
+        with open(os.path.join(logdir, f"{config.name}-loss{percent}.json"), "w") as f:
+            json.dump(row, f)
+    return row
+
+
+def measure_loss(bench, topo, configs, logdir, log):
+    """Every loss level through each configuration (one forwarder start each); returns
+    {config name: [row per loss level]}."""
+    results = {}
+    os.makedirs(logdir, exist_ok=True)
+    for k, config in enumerate(configs):
+        config.ports = LossPorts(k)
+        results[config.name] = []
+        try:
+            config.start(topo, logdir)
+            for i, percent in enumerate(LOSS_PERCENT):
+                log(f"loss: {config.name}, {percent}% loss, {bench.args.loss_mib} MiB each way")
+                row = transfer(bench, topo, config, k * len(LOSS_PERCENT) + i, percent,
+                               bench.args.loss_mib << 20, logdir)
+                log(f"loss: {config.name} {percent}%: " +
+                    (f"FAILED: {row['error']}" if "error" in row else
+                     f"{row['seconds']:.2f} s (upload {row['upload_s']:.2f}, download "
+                     f"{row['download_s']:.2f}), {row['dropped']} frames dropped"))
+                results[config.name].append(row)
+        except Exception as e:
+            log(f"loss: {config.name}: FAILED: {e}")
+            results[config.name].append({"error": str(e)})
+        finally:
+            config.stop()
+    return results
+
+
+class LossPorts:
+    """A configuration's ports for the loss rows: one listen/server pair per loss level."""
+
+    def __init__(self, k):
+        n = len(LOSS_PERCENT)
+        self.pairs = [(LISTEN_BASE + k * n + i, SERVER_BASE + k * n + i) for i in range(n)]
+
+    def rules(self):
+        return self.pairs
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] not in ("serve", "client"):
+        sys.exit("usage: loss.py serve|client ADDR:PORT BYTES SEED")
+    (serve if sys.argv[1] == "serve" else client)(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
