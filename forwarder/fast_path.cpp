@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "forwarder/link_fit.h"
 #include "forwarder/relay.h"
 #include "os/clock.h"
 #include "os/log.h"
@@ -128,6 +129,12 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   XskPortConfig pc;
   pc.ifname = i.name;
   pc.queue = config.queue;
+  if (auto fit = CheckLinkFit(ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
+                                            i.steer->mode() == XdpMode::kGeneric,
+                                            i.steer->why_generic(), RxFrameBytes(pc)));
+      !fit) {
+    return fit.error();
+  }
   auto port = XskPort::Open(pc);
   if (!port) return port.error();
   i.port = std::move(*port);

@@ -29,6 +29,11 @@ bool PowerOfTwo(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 }  // namespace
 
+uint32_t RxFrameBytes(const XskPortConfig& config) {
+  constexpr uint32_t kXdpPacketHeadroom = 256;  // XDP_PACKET_HEADROOM, include/linux/bpf.h
+  return config.frame_size - kXdpPacketHeadroom;
+}
+
 XskPort::XskPort(const XskPortConfig& config)
     : config_(config), rings_(std::make_unique<Rings>()) {}
 

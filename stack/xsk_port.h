@@ -33,6 +33,11 @@ struct XskPortConfig {
   uint32_t busy_poll_budget = 64;
 };
 
+// The longest packet (Ethernet header included) one frame of `config` receives: the kernel
+// puts XDP_PACKET_HEADROOM (256 bytes) in front of it, and drops a longer one on a socket
+// without multi-buffer (counted in XDP_STATISTICS' rx_dropped).
+uint32_t RxFrameBytes(const XskPortConfig& config);
+
 struct XskStats {
   uint64_t rx_packets = 0, rx_bytes = 0;
   uint64_t tx_packets = 0, tx_bytes = 0;
