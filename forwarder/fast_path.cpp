@@ -129,6 +129,8 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   XskPortConfig pc;
   pc.ifname = i.name;
   pc.queue = config.queue;
+  pc.tx_checksum_offload = config.tx_checksum_offload;
+  pc.tx_budget = config.tx_budget;
   if (auto fit = CheckLinkFit(ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
                                             i.steer->mode() == XdpMode::kGeneric,
                                             i.steer->why_generic(), RxFrameBytes(pc)));
@@ -193,6 +195,7 @@ void FastPath::Impl::Publish() {
     s.rx_packets += x.rx_packets;
     s.tx_packets += x.tx_packets;
     s.tx_kicks += x.tx_kicks;
+    s.tx_checksum_offloaded += x.tx_checksum_offloaded;
     s.xsk_rx_dropped += x.kernel_rx_dropped;
     s.xsk_rx_ring_full += x.kernel_rx_ring_full;
     s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
@@ -371,7 +374,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     for (in_addr a : i->aliases) addrs += "+" + ToString(a);
     d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", queue " +
          std::to_string(config.queue) + ", " + (i->port->zero_copy() ? "zero-copy" : "copy mode") +
-         ")";
+         ", " + i->port->tx_status() + ")";
   }
   d += "; backend ports " + ToString(fp->impl_->backend_ports);
   d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
@@ -452,6 +455,7 @@ std::string FastPathSnapshot::Format() const {
          " frames_held=" + std::to_string(frames_held) +
          " rx_packets=" + std::to_string(rx_packets) + " tx_packets=" + std::to_string(tx_packets) +
          " tx_kicks=" + std::to_string(tx_kicks) +
+         " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
          " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
          " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
          " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +

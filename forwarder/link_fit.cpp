@@ -32,8 +32,8 @@ std::string Fixes(const std::string& ifname, uint32_t max_mtu) {
 
 Result<void> CheckLinkFit(const LinkFacts& link) {
   const bool veth = link.driver == "veth";
-  uint32_t max_mtu = link.rx_frame_bytes > kEthernetHeader ? link.rx_frame_bytes - kEthernetHeader
-                                                           : 0;
+  uint32_t max_mtu =
+      link.rx_frame_bytes > kEthernetHeader ? link.rx_frame_bytes - kEthernetHeader : 0;
   if (veth) max_mtu = std::min(max_mtu, kVethNativeMaxMtu);
   if (link.mtu > max_mtu) {
     return Error{{},

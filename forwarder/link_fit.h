@@ -13,12 +13,12 @@ namespace xdpfwd {
 
 struct LinkFacts {
   std::string ifname;
-  std::string driver;          // "veth", "mlx5_core"... (empty: unknown)
-  uint32_t mtu = 1500;         // the interface's
-  bool generic_xdp = false;    // the steering program runs in generic (SKB) mode
-  bool rx_aggregation = false; // GRO or LRO on: the stack may hand XDP packets above the MTU
-  std::string why_generic;     // why native mode was not used (for the message)
-  uint32_t rx_frame_bytes = 0; // the most an AF_XDP frame receives (Ethernet header included)
+  std::string driver;           // "veth", "mlx5_core"... (empty: unknown)
+  uint32_t mtu = 1500;          // the interface's
+  bool generic_xdp = false;     // the steering program runs in generic (SKB) mode
+  bool rx_aggregation = false;  // GRO or LRO on: the stack may hand XDP packets above the MTU
+  std::string why_generic;      // why native mode was not used (for the message)
+  uint32_t rx_frame_bytes = 0;  // the most an AF_XDP frame receives (Ethernet header included)
 };
 
 // Refuses what the fast path cannot receive: an MTU whose frames do not fit rx_frame_bytes, and

@@ -42,8 +42,7 @@ class LinkFitTest : public ::testing::Test {
     return RunProgram(argv, 30s);
   }
   bool XdpAttached(const std::string& ifname) const {
-    return RunCommand("", "ip -o link show dev " + ifname).output.find(" xdp") !=
-           std::string::npos;
+    return RunCommand("", "ip -o link show dev " + ifname).output.find(" xdp") != std::string::npos;
   }
   // 4 MiB each way at once through the forwarder, echoed by the backend; hashes must match.
   void ExpectEchoBothWays() {
@@ -65,9 +64,8 @@ TEST_F(LinkFitTest, JumboMtuRefusesTheXdpPathWithTheFix) {
   Build(9000);
   const RunResult r = RunXdpPath({});
   EXPECT_EQ(r.status, 1) << r.output;
-  for (const std::string& part :
-       {topo_->client_side_if() + ": MTU 9000 is above the 3506", std::string("mtu 3506"),
-        std::string("--path kernel")}) {
+  for (const std::string& part : {topo_->client_side_if() + ": MTU 9000 is above the 3506",
+                                  std::string("mtu 3506"), std::string("--path kernel")}) {
     EXPECT_NE(r.output.find(part), std::string::npos) << part << " missing in:\n" << r.output;
   }
   EXPECT_EQ(r.output.find("ready"), std::string::npos) << r.output;
