@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "forwarder/link_fit.h"
 #include "forwarder/relay.h"
 #include "os/clock.h"
 #include "os/log.h"
@@ -131,9 +132,17 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   auto steer = SteerProgram::Attach(i.name, config.steer);
   if (!steer) return steer.error();
   i.steer = std::move(*steer);
+  XskPortConfig pc;
+  pc.ifname = i.name;
+  pc.tx_checksum_offload = config.tx_checksum_offload;
+  pc.tx_budget = config.tx_budget;
+  if (auto fit = CheckLinkFit(ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
+                                            i.steer->mode() == XdpMode::kGeneric,
+                                            i.steer->why_generic(), RxFrameBytes(pc)));
+      !fit) {
+    return fit.error();
+  }
   for (uint32_t q = 0; q < queues; ++q) {
-    XskPortConfig pc;
-    pc.ifname = i.name;
     pc.queue = q;
     auto port = XskPort::Open(pc);
     if (!port) return port.error();
@@ -198,6 +207,7 @@ void FastPath::Impl::Publish() {
       s.rx_by_queue.push_back(QueueRx{i->name, port->queue(), x.rx_packets});
       s.tx_packets += x.tx_packets;
       s.tx_kicks += x.tx_kicks;
+      s.tx_checksum_offloaded += x.tx_checksum_offloaded;
       s.xsk_rx_dropped += x.kernel_rx_dropped;
       s.xsk_rx_ring_full += x.kernel_rx_ring_full;
       s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
@@ -378,7 +388,8 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     const size_t queues = i->ports.size();
     d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", " +
          std::to_string(queues) + (queues == 1 ? " RX queue" : " RX queues, all") + " served, " +
-         (i->ports.front()->zero_copy() ? "zero-copy" : "copy mode") + ")";
+         (i->ports.front()->zero_copy() ? "zero-copy" : "copy mode") + ", " +
+         i->ports.front()->tx_status() + ")";
   }
   d += "; backend ports " + ToString(fp->impl_->backend_ports);
   d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
@@ -469,6 +480,7 @@ std::string FastPathSnapshot::Format() const {
          " frames_held=" + std::to_string(frames_held) +
          " rx_packets=" + std::to_string(rx_packets) + RxByQueue() +
          " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
+         " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
          " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
          " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
          " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +

@@ -28,6 +28,8 @@ struct FastPathConfig {
   PortRange backend_ports;               // automatic: DefaultBackendPorts
   std::vector<in_addr> backend_sources;  // empty: the route's source address
   SteerOptions steer;
+  bool tx_checksum_offload = true;  // XskPortConfig's, for every port
+  bool tx_budget = true;
 };
 
 // Frames received on one RX queue of one interface (its AF_XDP port's count).
@@ -49,7 +51,8 @@ struct FastPathSnapshot {
   uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
   uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
-  std::vector<QueueRx> rx_by_queue;  // shown as rx_packets.IFNAME.qN=...
+  std::vector<QueueRx> rx_by_queue;    // shown as rx_packets.IFNAME.qN=...
+  uint64_t tx_checksum_offloaded = 0;  // frames whose TCP checksum the kernel completed
   // The kernel's XDP_STATISTICS for our sockets: frames it dropped (for any reason), and how
   // often it found the RX ring full or no frame in the fill ring. The peer retransmits them.
   uint64_t xsk_rx_dropped = 0, xsk_rx_ring_full = 0, xsk_fill_ring_empty = 0;

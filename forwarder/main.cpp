@@ -96,6 +96,8 @@ int Run(const Options& o) {
     fc.backend_sources = o.backend_sources;
     if (o.flow_capacity) fc.steer.flow_capacity = o.flow_capacity;
     fc.steer.force_generic = o.force_generic;
+    fc.tx_checksum_offload = o.tx_checksum_offload;
+    fc.tx_budget = o.tx_budget;
     if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {
       Log("--path xdp: the fast path takes IPv4 rules with a concrete listen address only; use "
           "--path auto or kernel for the others");

@@ -63,6 +63,13 @@ const char* Usage() {
          "  --flow-capacity N        fast path: client flows steered at once per interface; new\n"
          "                           connections beyond it go to the kernel path (default 131072)\n"
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
+         "  --tx-checksum offload|software\n"
+         "                           fast path: TCP checksums completed by the kernel or the\n"
+         "                           device through AF_XDP TX metadata where it allows (default),\n"
+         "                           or computed by lwIP\n"
+         "  --tx-budget ring|kernel  fast path: frames one TX kick sends, the TX ring's size "
+         "where\n"
+         "                           the kernel allows (default), or its fixed 32\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
          "  --backend-source ADDR[,ADDR...]\n"
@@ -214,6 +221,18 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       o.flow_capacity = *n;
     } else if (a == "--generic") {
       o.force_generic = true;
+    } else if (a == "--tx-checksum") {
+      XDPFWD_VALUE(v);
+      if (*v != "offload" && *v != "software") {
+        return Error{{}, "--tx-checksum: expected offload or software, not " + *v};
+      }
+      o.tx_checksum_offload = *v == "offload";
+    } else if (a == "--tx-budget") {
+      XDPFWD_VALUE(v);
+      if (*v != "ring" && *v != "kernel") {
+        return Error{{}, "--tx-budget: expected ring or kernel, not " + *v};
+      }
+      o.tx_budget = *v == "ring";
     } else if (a == "--copy") {
       o.kernel_copy = true;
     } else if (a == "--busy-poll") {

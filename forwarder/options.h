@@ -40,6 +40,9 @@ struct Options {
   // the kernel path's RelayLimits default, which its open-file limit has to allow).
   std::optional<uint32_t> max_connections;
   bool force_generic = false;
+  // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
+  bool tx_checksum_offload = true;
+  bool tx_budget = true;
   int stats_interval_s = 0;
   int verbosity = 0;
   bool help = false;

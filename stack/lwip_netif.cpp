@@ -22,6 +22,20 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname) {
   return !(driver && *driver == "veth");
 }
 
+namespace {
+
+// The TCP pseudo-header sum (addresses, protocol, TCP length), folded but not complemented:
+// what the checksum field holds when the kernel or the device completes the checksum
+// (CHECKSUM_PARTIAL), as Linux's own TCP leaves it for an offloading device.
+uint16_t PseudoHeaderSum(const uint8_t* ip, uint32_t tcp_len) {
+  uint32_t sum = IPPROTO_TCP + tcp_len;
+  for (int i = 12; i < 20; i += 2) sum += uint32_t{ip[i]} << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
+}  // namespace
+
 struct LwipNetif::RxPbuf {
   pbuf_custom custom;  // first member: lwIP hands back the pbuf, we cast to RxPbuf
   LwipNetif* owner;
@@ -60,10 +74,12 @@ struct LwipNetifCallbacks {
     nif->flags = NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
     nif->output = Output;
     // lwIP verifies IP header checksums everywhere (the kernel always completes them); TCP
-    // checksums as the interface allows (see LwipNetifConfig::verify_tcp_checksum).
-    NETIF_SET_CHECKSUM_CTRL(nif, self->config_.verify_tcp_checksum
-                                     ? NETIF_CHECKSUM_ENABLE_ALL
-                                     : (NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_TCP));
+    // checksums as the interface allows (see LwipNetifConfig::verify_tcp_checksum). With TX
+    // checksum offload lwIP generates no TCP checksum: Output asks the kernel for it.
+    u16_t checksums = NETIF_CHECKSUM_ENABLE_ALL;
+    if (!self->config_.verify_tcp_checksum) checksums &= ~NETIF_CHECKSUM_CHECK_TCP;
+    if (self->port_.tx_checksum_offload()) checksums &= ~NETIF_CHECKSUM_GEN_TCP;
+    NETIF_SET_CHECKSUM_CTRL(nif, checksums);
     return ERR_OK;
   }
 
@@ -99,7 +115,21 @@ struct LwipNetifCallbacks {
     d[12] = 0x08;  // IPv4
     d[13] = 0x00;
     pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
-    self->port_.QueueTx(frame->addr, SIZEOF_ETH_HDR + p->tot_len);
+    uint8_t* ip = d + SIZEOF_ETH_HDR;
+    const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+    constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
+    if (self->port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
+        p->tot_len >= ihl + kTcpChecksumAt + 2) {
+      // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
+      // the kernel completes it over the TCP header and payload.
+      const uint16_t sum = PseudoHeaderSum(ip, p->tot_len - ihl);
+      ip[ihl + kTcpChecksumAt] = static_cast<uint8_t>(sum >> 8);
+      ip[ihl + kTcpChecksumAt + 1] = static_cast<uint8_t>(sum);
+      self->port_.QueueTxWithChecksum(frame->addr, SIZEOF_ETH_HDR + p->tot_len,
+                                      static_cast<uint16_t>(SIZEOF_ETH_HDR + ihl), kTcpChecksumAt);
+    } else {
+      self->port_.QueueTx(frame->addr, SIZEOF_ETH_HDR + p->tot_len);
+    }
     ++self->stats_.tx_frames;
     return ERR_OK;
   }

@@ -13,15 +13,9 @@
 #include <thread>
 
 #include "os/log.h"
+#include "stack/xsk_socket.h"
 
 namespace xdpfwd {
-
-struct XskPort::Rings {
-  xsk_umem* umem = nullptr;
-  xsk_socket* xsk = nullptr;
-  xsk_ring_prod fill{}, tx{};
-  xsk_ring_cons comp{}, rx{};
-};
 
 namespace {
 
@@ -29,12 +23,15 @@ bool PowerOfTwo(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 }  // namespace
 
-XskPort::XskPort(const XskPortConfig& config)
-    : config_(config), rings_(std::make_unique<Rings>()) {}
+uint32_t RxFrameBytes(const XskPortConfig& config) {
+  constexpr uint32_t kXdpPacketHeadroom = 256;  // XDP_PACKET_HEADROOM, include/linux/bpf.h
+  return config.frame_size - kXdpPacketHeadroom;
+}
+
+XskPort::XskPort(const XskPortConfig& config) : config_(config) {}
 
 XskPort::~XskPort() {
-  if (rings_->xsk != nullptr) xsk_socket__delete(rings_->xsk);
-  if (rings_->umem != nullptr) xsk_umem__delete(rings_->umem);
+  socket_.reset();  // unregisters the UMEM before it is unmapped
   if (area_ != nullptr) {
     munlock(area_, area_size_);
     munmap(area_, area_size_);
@@ -69,47 +66,57 @@ Result<std::unique_ptr<XskPort>> XskPort::Open(const XskPortConfig& config) {
     return SystemError(where + ": locking UMEM (raise RLIMIT_MEMLOCK, or run as root)");
   }
 
-  xsk_umem_config ucfg{};
-  ucfg.fill_size = config.ring_size;
-  ucfg.comp_size = config.ring_size;
-  ucfg.frame_size = config.frame_size;
-  ucfg.frame_headroom = 0;
-  Rings& r = *port->rings_;
-  if (int err = xsk_umem__create(&r.umem, area, port->area_size_, &r.fill, &r.comp, &ucfg)) {
-    return SystemError(where + ": creating UMEM", -err);
-  }
-
-  xsk_socket_config scfg{};
-  scfg.rx_size = config.ring_size;
-  scfg.tx_size = config.ring_size;
-  scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;  // xdp/steer owns the XDP program
-  auto bind = [&](uint16_t mode) {
-    scfg.bind_flags = static_cast<uint16_t>(XDP_USE_NEED_WAKEUP | mode);
+  XskSocketOptions so;
+  so.ifname = config.ifname;
+  so.queue = config.queue;
+  so.area = port->area_;
+  so.area_size = port->area_size_;
+  so.frame_size = config.frame_size;
+  so.ring_size = config.ring_size;
+  so.tx_metadata = config.tx_checksum_offload;
+  auto bind = [&](uint16_t mode) -> Result<std::unique_ptr<XskSocket>> {
+    so.bind_flags = static_cast<uint16_t>(XDP_USE_NEED_WAKEUP | mode);
     // A socket closed just before (a restart) keeps its (device, queue) for a moment: EBUSY.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (;;) {
-      const int err = xsk_socket__create(&r.xsk, config.ifname.c_str(), config.queue, r.umem, &r.rx,
-                                         &r.tx, &scfg);
-      if (err != -EBUSY || std::chrono::steady_clock::now() >= deadline) return err;
+      auto s = XskSocket::Open(so);
+      if (s || s.error().code.value() != EBUSY || std::chrono::steady_clock::now() >= deadline) {
+        return s;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
-  int err = -EOPNOTSUPP;
+  Result<std::unique_ptr<XskSocket>> bound = Error{{}, where + ": zero-copy not tried"};
   if (config.try_zero_copy) {
-    err = bind(XDP_ZEROCOPY);
-    if (err == 0) {
+    bound = bind(XDP_ZEROCOPY);
+    if (bound) {
       port->zero_copy_ = true;
     } else {
-      LogDetail(where + ": zero-copy bind refused (" + std::strerror(-err) + "), using copy mode");
+      LogDetail(bound.error().message() + " (zero-copy refused), using copy mode");
     }
   }
-  if (err != 0) err = bind(XDP_COPY);
-  if (err != 0) return SystemError(where + ": binding the AF_XDP socket", -err);
+  if (!bound) bound = bind(XDP_COPY);
+  if (!bound) return bound.error();
+  port->socket_ = std::move(*bound);
+  const XskSocket& xsk = *port->socket_;
+  port->tx_metadata_len_ = xsk.tx_metadata_len();
+  port->tx_checksum_why_ = xsk.tx_metadata_status();
+  if (config.tx_budget) {
+    // [32, TX ring size] is what the kernel takes; ENOPROTOOPT before 6.17.
+    const unsigned budget = config.ring_size;
+    if (setsockopt(xsk.fd(), SOL_XDP, kXdpMaxTxSkbBudget, &budget, sizeof(budget)) == 0) {
+      port->tx_budget_ = budget;
+    } else {
+      port->tx_budget_why_ = std::string("XDP_MAX_TX_SKB_BUDGET: ") + std::strerror(errno);
+    }
+  } else {
+    port->tx_budget_why_ = "not requested";
+  }
 
   // Busy polling matters only when the worker makes a syscall on the socket (kicks, wakeups);
   // it is applied where the kernel takes it and reported either way.
   if (config.busy_poll) {
-    const int fd = xsk_socket__fd(r.xsk);
+    const int fd = xsk.fd();
     const int one = 1;
     const int usecs = static_cast<int>(config.busy_poll_usecs);
     const int budget = static_cast<int>(config.busy_poll_budget);
@@ -130,12 +137,19 @@ Result<std::unique_ptr<XskPort>> XskPort::Open(const XskPortConfig& config) {
     port->pool_.push_back(uint64_t{i} * config.frame_size);
   }
   port->pending_tx_.reserve(config.ring_size);
-  port->pending_len_.reserve(config.ring_size);
   port->RefillFill();
   return port;
 }
 
-int XskPort::fd() const { return xsk_socket__fd(rings_->xsk); }
+int XskPort::fd() const { return socket_->fd(); }
+
+std::string XskPort::tx_status() const {
+  std::string out = tx_checksum_offload() ? "TX checksum offload"
+                                          : "TX checksum software (" + tx_checksum_why_ + ")";
+  out += ", " + std::to_string(tx_budget_) + " frames per kick";
+  if (!tx_budget_why_.empty()) out += " (" + tx_budget_why_ + ")";
+  return out;
+}
 
 void XskPort::RefillFill() {
   // Keep half a ring of frames back for TX, so a flood of received data cannot starve the
@@ -146,31 +160,31 @@ void XskPort::RefillFill() {
   const uint32_t want = std::min(config_.ring_size - in_fill_, spare);
   if (want == 0) return;
   uint32_t idx = 0;
-  const uint32_t n = xsk_ring_prod__reserve(&rings_->fill, want, &idx);
+  const uint32_t n = xsk_ring_prod__reserve(&socket_->fill, want, &idx);
   for (uint32_t i = 0; i < n; ++i) {
-    *xsk_ring_prod__fill_addr(&rings_->fill, idx + i) = pool_.back();
+    *xsk_ring_prod__fill_addr(&socket_->fill, idx + i) = pool_.back();
     pool_.pop_back();
   }
-  xsk_ring_prod__submit(&rings_->fill, n);
+  xsk_ring_prod__submit(&socket_->fill, n);
   in_fill_ += n;
 }
 
 uint32_t XskPort::Receive(std::span<RxFrame> out) {
   uint32_t idx = 0;
-  const uint32_t n = xsk_ring_cons__peek(&rings_->rx, static_cast<uint32_t>(out.size()), &idx);
+  const uint32_t n = xsk_ring_cons__peek(&socket_->rx, static_cast<uint32_t>(out.size()), &idx);
   for (uint32_t i = 0; i < n; ++i) {
-    const xdp_desc* d = xsk_ring_cons__rx_desc(&rings_->rx, idx + i);
+    const xdp_desc* d = xsk_ring_cons__rx_desc(&socket_->rx, idx + i);
     out[i] = RxFrame{d->addr, area_ + d->addr, d->len};
     stats_.rx_bytes += d->len;
   }
   if (n > 0) {
-    xsk_ring_cons__release(&rings_->rx, n);
+    xsk_ring_cons__release(&socket_->rx, n);
     in_fill_ -= n;
     held_ += n;
     stats_.rx_packets += n;
   }
   // Only drivers in zero-copy mode set this; copy mode receives in the kernel's softirq.
-  if (xsk_ring_prod__needs_wakeup(&rings_->fill)) {
+  if (xsk_ring_prod__needs_wakeup(&socket_->fill)) {
     ++stats_.fill_ring_empty;
     ++stats_.rx_wakeups;
     recvfrom(fd(), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
@@ -189,26 +203,35 @@ std::optional<TxFrame> XskPort::AllocTx() {
     ++stats_.pool_empty;
     return std::nullopt;
   }
-  const uint64_t addr = pool_.back();
+  // The TX metadata, when there is any, sits in front of the packet (the kernel reads it at
+  // desc.addr - tx_metadata_len), so the packet starts that far into the frame.
+  const uint64_t addr = pool_.back() + tx_metadata_len_;
   pool_.pop_back();
   ++held_;
-  return TxFrame{addr, area_ + addr, config_.frame_size};
+  return TxFrame{addr, area_ + addr, config_.frame_size - tx_metadata_len_};
 }
 
-void XskPort::QueueTx(uint64_t addr, uint32_t len) {
-  pending_tx_.push_back(addr);
-  pending_len_.push_back(len);
+void XskPort::QueueTx(uint64_t addr, uint32_t len) { pending_tx_.push_back({addr, len, 0}); }
+
+void XskPort::QueueTxWithChecksum(uint64_t addr, uint32_t len, uint16_t csum_start,
+                                  uint16_t csum_offset) {
+  auto* md = reinterpret_cast<XskTxMetadata*>(area_ + addr - tx_metadata_len_);
+  md->flags = kXdpTxmdFlagsChecksum;
+  md->csum_start = csum_start;
+  md->csum_offset = csum_offset;
+  pending_tx_.push_back({addr, len, kXdpTxMetadata});
+  ++stats_.tx_checksum_offloaded;
 }
 
 void XskPort::ReapCompletions() {
   uint32_t idx = 0;
-  const uint32_t n = xsk_ring_cons__peek(&rings_->comp, config_.ring_size, &idx);
+  const uint32_t n = xsk_ring_cons__peek(&socket_->comp, config_.ring_size, &idx);
   for (uint32_t i = 0; i < n; ++i) {
-    pool_.push_back(*xsk_ring_cons__comp_addr(&rings_->comp, idx + i) &
+    pool_.push_back(*xsk_ring_cons__comp_addr(&socket_->comp, idx + i) &
                     ~uint64_t{config_.frame_size - 1});
   }
   if (n > 0) {
-    xsk_ring_cons__release(&rings_->comp, n);
+    xsk_ring_cons__release(&socket_->comp, n);
     in_tx_ -= n;
   }
 }
@@ -233,24 +256,23 @@ void XskPort::Flush() {
     uint32_t idx = 0;
     uint32_t n = static_cast<uint32_t>(pending_tx_.size());
     // reserve() is all-or-nothing: ask for what is free.
-    n = std::min(n, xsk_prod_nb_free(&rings_->tx, n));
-    n = xsk_ring_prod__reserve(&rings_->tx, n, &idx);
+    n = std::min(n, xsk_prod_nb_free(&socket_->tx, n));
+    n = xsk_ring_prod__reserve(&socket_->tx, n, &idx);
     for (uint32_t i = 0; i < n; ++i) {
-      xdp_desc* d = xsk_ring_prod__tx_desc(&rings_->tx, idx + i);
-      d->addr = pending_tx_[i];
-      d->len = pending_len_[i];
-      d->options = 0;
-      stats_.tx_bytes += pending_len_[i];
+      xdp_desc* d = xsk_ring_prod__tx_desc(&socket_->tx, idx + i);
+      d->addr = pending_tx_[i].addr;
+      d->len = pending_tx_[i].len;
+      d->options = pending_tx_[i].options;
+      stats_.tx_bytes += pending_tx_[i].len;
     }
-    xsk_ring_prod__submit(&rings_->tx, n);
+    xsk_ring_prod__submit(&socket_->tx, n);
     in_tx_ += n;
     held_ -= n;
     stats_.tx_packets += n;
     pending_tx_.erase(pending_tx_.begin(), pending_tx_.begin() + n);
-    pending_len_.erase(pending_len_.begin(), pending_len_.begin() + n);
     stats_.tx_ring_full += pending_tx_.size();
   }
-  if (in_tx_ > 0 && xsk_ring_prod__needs_wakeup(&rings_->tx)) Kick();
+  if (in_tx_ > 0 && xsk_ring_prod__needs_wakeup(&socket_->tx)) Kick();
   RefillFill();
 }
 

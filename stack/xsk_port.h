@@ -31,17 +31,30 @@ struct XskPortConfig {
   bool busy_poll = true;      // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
   uint32_t busy_poll_usecs = 20;
   uint32_t busy_poll_budget = 64;
+  // TX checksum offload through AF_XDP TX metadata where the kernel takes it (6.11+): the
+  // netif leaves the TCP checksum to the kernel or the device. false: lwIP computes every
+  // checksum in software (xdpfwd --tx-checksum software, the A/B switch).
+  bool tx_checksum_offload = true;
+  // Frames one copy-mode sendto() may send: the TX ring size where the kernel takes
+  // XDP_MAX_TX_SKB_BUDGET (6.17+), else its fixed 32. false: leave the kernel's 32.
+  bool tx_budget = true;
 };
+
+// The longest packet (Ethernet header included) one frame of `config` receives: the kernel
+// puts XDP_PACKET_HEADROOM (256 bytes) in front of it, and drops a longer one on a socket
+// without multi-buffer (counted in XDP_STATISTICS' rx_dropped).
+uint32_t RxFrameBytes(const XskPortConfig& config);
 
 struct XskStats {
   uint64_t rx_packets = 0, rx_bytes = 0;
   uint64_t tx_packets = 0, tx_bytes = 0;
-  uint64_t tx_kicks = 0;         // sendto() calls that woke the TX path (syscalls)
-  uint64_t tx_kick_retries = 0;  // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
-  uint64_t rx_wakeups = 0;       // recvfrom() calls because the fill ring asked for a wakeup
-  uint64_t tx_ring_full = 0;     // frames that had to wait for a later flush
-  uint64_t fill_ring_empty = 0;  // times the kernel flagged the fill ring as needing frames
-  uint64_t pool_empty = 0;       // frame allocations that failed
+  uint64_t tx_kicks = 0;               // sendto() calls that woke the TX path (syscalls)
+  uint64_t tx_kick_retries = 0;        // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
+  uint64_t rx_wakeups = 0;             // recvfrom() calls because the fill ring asked for a wakeup
+  uint64_t tx_ring_full = 0;           // frames that had to wait for a later flush
+  uint64_t fill_ring_empty = 0;        // times the kernel flagged the fill ring as needing frames
+  uint64_t pool_empty = 0;             // frame allocations that failed
+  uint64_t tx_checksum_offloaded = 0;  // frames sent with a checksum request in TX metadata
   // From the kernel (XDP_STATISTICS): frames it dropped for this socket.
   uint64_t kernel_rx_dropped = 0, kernel_rx_ring_full = 0, kernel_fill_ring_empty = 0;
   uint64_t kernel_tx_invalid = 0;
@@ -63,10 +76,12 @@ struct RxFrame {
 };
 
 struct TxFrame {
-  uint64_t addr;
+  uint64_t addr;  // the descriptor's address: past the TX metadata area, if there is one
   uint8_t* data;
   uint32_t capacity;
 };
+
+class XskSocket;
 
 class XskPort {
  public:
@@ -81,6 +96,13 @@ class XskPort {
   uint32_t queue() const { return config_.queue; }
   // One line on what busy polling does here ("on: 20 us, budget 64" or why not).
   const std::string& busy_poll_status() const { return busy_poll_status_; }
+  // TX checksum offload through TX metadata is available: QueueTxWithChecksum may be used.
+  bool tx_checksum_offload() const { return tx_metadata_len_ != 0; }
+  // Frames one copy-mode sendto() sends at most (the kernel's 32 unless raised).
+  uint32_t tx_budget() const { return tx_budget_; }
+  // One line for the ready line: "TX checksum offload, 4096 frames per kick" or what is off
+  // and why.
+  std::string tx_status() const;
 
   // Takes up to out.size() received frames; the caller owns them until ReleaseRx. No syscall
   // unless the kernel asked for a fill-ring wakeup.
@@ -92,6 +114,10 @@ class XskPort {
   std::optional<TxFrame> AllocTx();
   // Queues a built frame; it goes out on the next Flush.
   void QueueTx(uint64_t addr, uint32_t len);
+  // The same, asking the kernel (or the device) to complete a checksum: the 16 bits at
+  // csum_start + csum_offset, which must hold the pseudo-header sum, become the ones'
+  // complement checksum of everything from csum_start on. Only when tx_checksum_offload().
+  void QueueTxWithChecksum(uint64_t addr, uint32_t len, uint16_t csum_start, uint16_t csum_offset);
   // Submits queued frames in one batch, kicks the TX path (copy mode always needs it; the
   // kernel sends a bounded number per kick, so it loops, bounded), reaps completions and tops
   // up the fill ring. Call once per worker-loop iteration.
@@ -107,22 +133,28 @@ class XskPort {
   }
 
  private:
-  struct Rings;
+  struct PendingTx {
+    uint64_t addr;
+    uint32_t len;
+    uint32_t options;  // xdp_desc.options
+  };
   explicit XskPort(const XskPortConfig& config);
   void RefillFill();
   void ReapCompletions();
   void Kick();
 
   XskPortConfig config_;
-  std::unique_ptr<Rings> rings_;
+  std::unique_ptr<XskSocket> socket_;
   uint8_t* area_ = nullptr;
   size_t area_size_ = 0;
   bool zero_copy_ = false;
   std::string busy_poll_status_;
+  uint32_t tx_metadata_len_ = 0;  // bytes in front of each TX frame's data
+  uint32_t tx_budget_ = 32;
+  std::string tx_checksum_why_, tx_budget_why_;  // why not, where not
 
-  std::vector<uint64_t> pool_;        // free frames (a stack: reuse the warmest frame first)
-  std::vector<uint64_t> pending_tx_;  // queued but not yet in the TX ring
-  std::vector<uint32_t> pending_len_;
+  std::vector<uint64_t> pool_;         // free frames (a stack: reuse the warmest frame first)
+  std::vector<PendingTx> pending_tx_;  // queued but not yet in the TX ring
   uint32_t in_fill_ = 0, in_tx_ = 0, held_ = 0;
   XskStats stats_;
 };

@@ -423,6 +423,8 @@ Result<void> SteerProgram::AttachTo(const std::string& ifname) {
                      ")"};
   }
   mode_ = XdpMode::kGeneric;
+  why_generic_ =
+      options_.force_generic ? why_not_native : "native attach failed: " + why_not_native;
   attached_ = true;
   Log(ifname +
       ": XDP attached in generic (SKB) mode because native mode failed: " + why_not_native);

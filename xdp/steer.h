@@ -72,6 +72,9 @@ class SteerProgram final : public FlowTable {
   const std::string& ifname() const { return ifname_; }
   int ifindex() const { return ifindex_; }
   XdpMode mode() const { return mode_; }
+  // Why the program runs in generic mode ("generic mode requested", the native attach's
+  // error); empty in native mode.
+  const std::string& why_generic() const { return why_generic_; }
   uint32_t prog_id() const { return prog_id_; }
   int prog_fd() const;
 
@@ -106,6 +109,7 @@ class SteerProgram final : public FlowTable {
   int ifindex_ = 0;
   SteerOptions options_;
   XdpMode mode_ = XdpMode::kNative;
+  std::string why_generic_;
   uint32_t prog_id_ = 0;
   bool attached_ = false;
 };

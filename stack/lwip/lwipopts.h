@@ -32,7 +32,9 @@
 #define LWIP_NETIF_LINK_CALLBACK 0
 
 /* Checksums are checked per interface at run time: a veth peer hands over frames with only the
- * pseudo-header sum (CHECKSUM_PARTIAL), a real NIC must not have corrupt frames accepted. */
+ * pseudo-header sum (CHECKSUM_PARTIAL), a real NIC must not have corrupt frames accepted. TCP
+ * checksums are generated per interface too: off where the AF_XDP port offloads them through TX
+ * metadata (the netif then writes the pseudo-header sum, see stack/lwip_netif.cpp). */
 #define LWIP_CHECKSUM_CTRL_PER_NETIF 1
 
 /* ---- memory: static pools for pcbs, segments and pbuf headers; payload copies from malloc ---- */

@@ -1,0 +1,107 @@
+// The fast path's frame-fit policy; see link_fit.h.
+#include "forwarder/link_fit.h"
+
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "stack/neighbor.h"
+
+namespace xdpfwd {
+namespace {
+
+constexpr uint32_t kEthernetHeader = 14;
+// Native XDP on veth refuses a peer MTU above PAGE_SIZE - XDP_PACKET_HEADROOM (256) -
+// sizeof(skb_shared_info) (320) - ETH_HLEN without an xdp.frags program (veth_xdp_set): 3506
+// with 4 KiB pages, checked on 6.18 (3506 attaches, 3507 is refused).
+constexpr uint32_t kVethNativeMaxMtu = 3506;
+
+std::string Fixes(const std::string& ifname, uint32_t max_mtu) {
+  return "lower the MTU (ip link set dev " + ifname + " mtu " + std::to_string(max_mtu) +
+         ", on the peer too), or use --path kernel (--path auto leaves this interface's "
+         "traffic to the kernel path)";
+}
+
+}  // namespace
+
+Result<void> CheckLinkFit(const LinkFacts& link) {
+  const bool veth = link.driver == "veth";
+  uint32_t max_mtu =
+      link.rx_frame_bytes > kEthernetHeader ? link.rx_frame_bytes - kEthernetHeader : 0;
+  if (veth) max_mtu = std::min(max_mtu, kVethNativeMaxMtu);
+  if (link.mtu > max_mtu) {
+    return Error{{},
+                 link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
+                     std::to_string(max_mtu) + " the fast path can receive (one packet per " +
+                     std::to_string(link.rx_frame_bytes) +
+                     "-byte AF_XDP frame; multi-buffer is not implemented" +
+                     (veth ? ", and native XDP on veth stops at 3506" : "") + "); " +
+                     Fixes(link.ifname, max_mtu)};
+  }
+  if (!link.generic_xdp) return {};
+  const std::string mode =
+      link.ifname + ": XDP runs in generic mode" +
+      (link.why_generic.empty() ? std::string() : " (" + link.why_generic + ")");
+  if (veth) {
+    return Error{{},
+                 mode +
+                     ", where the veth peer keeps its TSO: 64 KiB packets arrive that do not fit "
+                     "a " +
+                     std::to_string(link.rx_frame_bytes) +
+                     "-byte AF_XDP frame (multi-buffer is not implemented), and connections "
+                     "would hang; use native mode (no --generic), or --path kernel"};
+  }
+  if (link.rx_aggregation) {
+    return Error{{},
+                 mode +
+                     " with GRO/LRO on: aggregated packets above the MTU do not fit an AF_XDP "
+                     "frame (multi-buffer is not implemented); turn them off (ethtool -K " +
+                     link.ifname + " gro off lro off), use native mode, or --path kernel"};
+  }
+  return {};
+}
+
+Result<bool> RxAggregationOn(const std::string& ifname) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SystemError("socket for ethtool");
+  auto get = [&](uint32_t cmd, uint32_t* out) {
+    ethtool_value v{};
+    v.cmd = cmd;
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    ifr.ifr_data = reinterpret_cast<char*>(&v);
+    if (ioctl(fd, SIOCETHTOOL, &ifr) != 0) return false;
+    *out = v.data;
+    return true;
+  };
+  uint32_t gro = 0, flags = 0;
+  const bool ok = get(ETHTOOL_GGRO, &gro) && get(ETHTOOL_GFLAGS, &flags);
+  const int err = errno;
+  close(fd);
+  if (!ok) return SystemError(ifname + ": reading GRO/LRO (ethtool -k)", err);
+  return gro != 0 || (flags & ETH_FLAG_LRO) != 0;
+}
+
+LinkFacts ReadLinkFacts(const std::string& ifname, uint32_t mtu, bool generic_xdp,
+                        const std::string& why_generic, uint32_t rx_frame_bytes) {
+  LinkFacts f;
+  f.ifname = ifname;
+  if (auto driver = InterfaceDriver(ifname)) f.driver = *driver;
+  f.mtu = mtu;
+  f.generic_xdp = generic_xdp;
+  f.why_generic = why_generic;
+  f.rx_frame_bytes = rx_frame_bytes;
+  if (generic_xdp) {
+    auto aggregation = RxAggregationOn(ifname);
+    f.rx_aggregation = !aggregation || *aggregation;
+  }
+  return f;
+}
+
+}  // namespace xdpfwd
