@@ -198,6 +198,8 @@ void FastPath::Impl::Publish() {
   const RelayState st = relay->state();
   s.connections = st.connections;
   s.closing_flows = st.closing_flows;
+  s.oow_acks = st.oow_acks;
+  s.oow_acks_limited = st.oow_acks_limited;
   for (auto& i : ifaces) {
     for (auto& port : i->ports) {
       const FrameAccount f = port->frames();
@@ -487,6 +489,8 @@ std::string FastPathSnapshot::Format() const {
          " retransmits=" + std::to_string(lwip_retransmits) +
          " lwip_drops=" + std::to_string(lwip_drops) +
          " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +
+         " oow_acks=" + std::to_string(oow_acks) +
+         " oow_acks_limited=" + std::to_string(oow_acks_limited) +
          " worker_busy_ns=" + std::to_string(worker_busy_ns) +
          " worker_iterations=" + std::to_string(worker_iterations) +
          " worker_minor_faults=" + std::to_string(minor_faults) +

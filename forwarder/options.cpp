@@ -53,6 +53,9 @@ const char* Usage() {
          "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
          "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
          "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
+         "  --stall-timeout DUR      fast path: reset a connection whose peer takes no bytes\n"
+         "                           this long while some wait for it, e.g. a zero window\n"
+         "                           (default 120s; 0: never)\n"
          "  --max-connections N      per path; beyond it new clients are reset (default: fast\n"
          "                           path 131072, its lwIP pcb pool; kernel path 16384)\n"
          "  --iface NAME             fast path: the client-side interface (default: the one with\n"
@@ -188,15 +191,17 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       auto n = ParseNumber<int>(a, *v, 1, 1024);
       if (!n) return n.error();
       o.kernel_threads = *n;
-    } else if (a == "--connect-timeout" || a == "--idle-timeout") {
+    } else if (a == "--connect-timeout" || a == "--idle-timeout" || a == "--stall-timeout") {
       XDPFWD_VALUE(v);
       auto d = ParseDuration(*v);
       if (!d) return Error{{}, a + ": " + d.error().message()};
       if (a == "--connect-timeout") {
         if (d->count() == 0) return Error{{}, "--connect-timeout must be above zero"};
         o.limits.connect_timeout = *d;
-      } else {
+      } else if (a == "--idle-timeout") {
         o.limits.idle_timeout = *d;
+      } else {
+        o.limits.stall_timeout = *d;
       }
     } else if (a == "--max-connections") {
       XDPFWD_VALUE(v);

@@ -70,7 +70,7 @@ pbuf* Compact(pbuf* p) {
 
 }  // namespace
 
-struct Relay::Leg {
+struct Relay::Leg : ListHook<Leg, Owed> {
   Connection* conn = nullptr;
   tcp_pcb* pcb = nullptr;
   bool is_client = false;
@@ -80,6 +80,9 @@ struct Relay::Leg {
   PbufQueue backlog;          // received from this leg, not yet queued on the other leg
   uint64_t received = 0;      // bytes lwIP delivered from this leg's peer
   uint64_t relayed = 0;       // of those, bytes queued on the other leg
+  // While bytes wait for this leg's peer (on owed_): when the peer last acknowledged some, or
+  // when they started waiting. The stall timeout counts from here.
+  uint64_t progress_ms = 0;
 };
 
 struct Relay::Connection : ListHook<Connection, ByActivity>,
@@ -193,12 +196,14 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     r.Touch(c);
+    r.Progress(*leg);
     Leg& from = c.other(*leg);
     if (!from.backlog.empty() || (from.fin_received && !leg->fin_sent)) {
       r.Pump(c, from, *leg);
     } else {
       r.CloseFinishedLegs(c);  // the ACK may have been the last one this leg waited for
     }
+    if (!c.finished) r.UpdateOwed(*leg);
     return scope.result();
   }
 
@@ -215,6 +220,7 @@ struct Relay::Callbacks {
       // Both FINs were through and acknowledged, but what this leg received may still wait
       // for the other leg's window: it is ours to deliver, and the other leg's FIN follows it.
       leg->fin_received = leg->fin_sent = true;
+      r.owed_.Remove(*leg);  // its peer has everything
       r.Pump(c, *leg, c.other(*leg));
       return;
     }
@@ -377,6 +383,7 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
     tcp_shutdown(to.pcb, 0, 1);  // half-close: the other direction keeps flowing
     to.fin_sent = true;
   }
+  UpdateOwed(to);
   CloseFinishedLegs(c);
 }
 
@@ -398,6 +405,7 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
     tcp_pcb* pcb = leg.pcb;
     DetachCallbacks(pcb);
     leg.pcb = nullptr;
+    owed_.Remove(leg);
     // A leg in TIME_WAIT leaves lwIP at its next slow-timer tick rather than after 2 * MSL
     // (lwip_pcb.h says what that gives up): at a sustained rate TIME_WAIT pcbs would fill the pool.
     if (lwip_pcb::Release(pcb) && pcb == in_callback_) in_callback_aborted_ = true;
@@ -446,6 +454,8 @@ void Relay::Finish(Connection& c) {
   live_.Remove(c);
   connecting_.Remove(c);
   watched_.Remove(c);
+  owed_.Remove(c.client);
+  owed_.Remove(c.backend);
   RelayCounters::Sub(counters_.active);
   ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
@@ -481,7 +491,32 @@ void Relay::Touch(Connection& c) {
   if (config_.limits.idle_timeout.count() != 0) live_.MoveToBack(c);
 }
 
-// Both timeouts are constants, so each list's front is its earliest deadline: the work is in
+// Bytes wait for a leg's peer while the relay's send queue toward it holds any (unsent, or
+// unacknowledged, our FIN included) or the other leg's backlog waits for room in it. Such a leg is
+// on owed_ from the moment they start waiting until none do; only the peer's acknowledgements
+// (Progress) move it to the back. Called wherever either may have changed: after a Pump toward
+// the leg, after an ACK from its peer.
+void Relay::UpdateOwed(Leg& leg) {
+  if (config_.limits.stall_timeout.count() == 0) return;
+  const Leg& from = leg.conn->other(leg);
+  const bool owed = leg.pcb != nullptr && leg.connected &&
+                    (!from.backlog.empty() || !lwip_pcb::AllAcknowledged(leg.pcb));
+  if (!owed) {
+    owed_.Remove(leg);
+  } else if (!owed_.Contains(leg)) {
+    leg.progress_ms = now_ms_;
+    owed_.PushBack(leg);
+  }
+}
+
+// The peer acknowledged bytes: its stall deadline starts over.
+void Relay::Progress(Leg& leg) {
+  if (!owed_.Contains(leg) || leg.progress_ms == now_ms_) return;
+  leg.progress_ms = now_ms_;
+  owed_.MoveToBack(leg);
+}
+
+// The timeouts are constants, so each list's front is its earliest deadline: the work is in
 // proportion to what expired.
 bool Relay::ExpireDeadlines() {
   bool expired = false;
@@ -493,6 +528,11 @@ bool Relay::ExpireDeadlines() {
   const auto idle_ms = static_cast<uint64_t>(config_.limits.idle_timeout.count());
   while (idle_ms > 0 && !live_.empty() && now_ms_ - live_.front()->last_active_ms >= idle_ms) {
     Reset(*live_.front(), counters_.idle_timeout);
+    expired = true;
+  }
+  const auto stall_ms = static_cast<uint64_t>(config_.limits.stall_timeout.count());
+  while (!owed_.empty() && now_ms_ - owed_.front()->progress_ms >= stall_ms) {
+    Reset(*owed_.front()->conn, counters_.stall_timeout);  // unlinks both legs
     expired = true;
   }
   return expired;
@@ -521,6 +561,8 @@ RelayState Relay::state() const {
   s.connections = live_.size();
   s.closing_flows = ledger_.lingering();
   s.backend_ports_in_use = ledger_.backend_ports_in_use();
+  s.oow_acks = tcp_oow_acks_sent;
+  s.oow_acks_limited = tcp_oow_acks_limited;
   return s;
 }
 

@@ -42,6 +42,9 @@ struct RelayState {
   size_t connections = 0;    // live relay connections
   size_t closing_flows = 0;  // flow entries waiting for their linger time
   uint32_t backend_ports_in_use = 0;
+  // lwIP's answers to unacceptable segments (spoofed RSTs and SYNs, bare segments outside the
+  // window), sent and skipped by its per-connection rate limit (our lwIP patch 0020).
+  uint64_t oow_acks = 0, oow_acks_limited = 0;
 };
 
 class Relay {
@@ -54,11 +57,11 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  // Called once per worker iteration: connect and idle timeouts (the fronts of two deadline
-  // lists), and every 100 ms the few connections waiting for something no lwIP callback will
-  // announce, and delayed flow removals. Work in proportion to what is due, never to the number
-  // of connections; does nothing but a few comparisons most of the time. Returns whether it did
-  // more.
+  // Called once per worker iteration: connect, idle and stall timeouts (the fronts of three
+  // deadline lists), and every 100 ms the few connections waiting for something no lwIP callback
+  // will announce, and delayed flow removals. Work in proportion to what is due, never to the
+  // number of connections; does nothing but a few comparisons most of the time. Returns whether it
+  // did more.
   bool Tick(uint64_t now_ms);
 
   const RelayCounters& counters() const { return counters_; }
@@ -74,6 +77,7 @@ class Relay {
   struct ByActivity;  // every live connection, least recently active first: idle deadlines
   struct Connecting;  // backend handshake under way, oldest first: connect deadlines
   struct Watched;     // waiting for what no callback announces: a retry, or a close check
+  struct Owed;        // legs with bytes waiting for their peer, least recent progress first
 
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(const RelayRule& rule);
@@ -87,6 +91,8 @@ class Relay {
   void Finish(Connection& c);
   void Touch(Connection& c);
   void Watch(Connection& c);
+  void UpdateOwed(Leg& leg);
+  void Progress(Leg& leg);
   bool ExpireDeadlines();
   void ServeWatched();
 
@@ -97,6 +103,7 @@ class Relay {
   IntrusiveList<Connection, ByActivity> live_;
   IntrusiveList<Connection, Connecting> connecting_;
   IntrusiveList<Connection, Watched> watched_;
+  IntrusiveList<Leg, Owed> owed_;      // stall deadlines
   std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks
   // How often watched connections are served: not urgent, a fallback for lwIP's silence.
   static constexpr uint64_t kServiceIntervalMs = 100;

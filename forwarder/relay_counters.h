@@ -18,6 +18,11 @@ struct RelayLimits {
   std::chrono::milliseconds idle_timeout{0};
   // Connections beyond this are refused at once (reset), counted as over_limit.
   uint32_t max_connections = 16384;
+  // A peer that acknowledges nothing for this long while bytes wait for it (a window kept at
+  // zero, or silence) has both legs reset, counted as stall_timeout: what it pins (up to a send
+  // buffer and a window of backlog, 2 MiB per direction) is released. lwIP alone never gives up
+  // on a peer that answers its zero-window probes. 0: never. Fast path only (docs/relay.md).
+  std::chrono::milliseconds stall_timeout{120'000};
 };
 
 // X(name, what it counts). One list, so the live counters, the snapshot and the formatter can
@@ -32,6 +37,7 @@ struct RelayLimits {
   X(backend_error, "backend leg could not be started (no memory, no flow slot)") \
   X(backend_no_port, "backend leg refused: no local port left toward it")        \
   X(idle_timeout, "reset on both legs for idleness")                             \
+  X(stall_timeout, "reset: a peer took no bytes while some waited for it")       \
   X(client_reset, "client reset or aborted; backend leg was reset")              \
   X(backend_reset, "backend reset mid-stream; client leg was reset")             \
   X(shutdown_reset, "reset on both legs because xdpfwd was stopping")            \

@@ -133,6 +133,20 @@ TEST(CpusOption, ErrorsNameTheOptionAndTheFault) {
   EXPECT_NE(std::string(Usage()).find("--cpus LIST"), std::string::npos);
 }
 
+TEST(StallTimeoutOption, DefaultTwoMinutesZeroTurnsItOff) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_EQ(unset->limits.stall_timeout, std::chrono::seconds(120));
+  auto set = Parse({"--stall-timeout", "750ms"});
+  ASSERT_TRUE(set) << set.error().message();
+  EXPECT_EQ(set->limits.stall_timeout, std::chrono::milliseconds(750));
+  auto off = Parse({"--stall-timeout", "0"});
+  ASSERT_TRUE(off) << off.error().message();
+  EXPECT_EQ(off->limits.stall_timeout.count(), 0);
+  EXPECT_EQ(ErrorOf({"--stall-timeout", "soon"}).rfind("--stall-timeout: ", 0), 0u);
+  EXPECT_NE(std::string(Usage()).find("--stall-timeout DUR"), std::string::npos);
+}
+
 TEST(LocalPorts, RangeLessReservedPorts) {
   auto p = kernel_path::ParseLocalPorts("32768\t60999\n", "\n");
   ASSERT_TRUE(p) << p.error().message();
