@@ -241,13 +241,14 @@ TEST_P(SoakTest, MixedTrafficAtOnePercentLossLeavesNothingBehind) {
   // Lingering flow entries go after 1 s, TIME_WAIT legs at the next slow tick; the loss makes
   // the last FINs and RSTs take a retransmission or two. The kernel path keeps up to 64 empty
   // pipes per thread for reuse (pooled_pipes, two descriptors each); anything more is a leak.
+  // Fewer than at the start is fine: the first count can catch a start-up file still open.
   std::map<std::string, uint64_t> stats;
   const auto fds_now = [&] {
     return fwd.OpenFds() - 2 * ForwarderProcess::Get(stats, "kernel.pooled_pipes");
   };
   const auto idle = [&] {
     stats = fwd.Stats();
-    if (fwd.Relay(stats, "active") != 0 || fds_now() != fds_at_start) return false;
+    if (fwd.Relay(stats, "active") != 0 || fds_now() > fds_at_start) return false;
     if (!fast) return true;
     for (const char* gauge :
          {"connections", "flows", "closing_flows", "lwip_pcbs", "lwip_heap_bytes", "frames_held"}) {
