@@ -32,6 +32,19 @@ extern "C" {
 namespace xdpfwd {
 namespace {
 
+// The backend's next hop, resolved by the kernel now, on the starting thread: the first
+// connection's SYN then finds it in the kernel's table, where it would otherwise wait on the
+// worker for a resolution (NextHopCache::kRetryMs). Peers that send us a SYN or SYN-ACK are
+// learned from it; nothing sends before our first SYN to a backend.
+void PrimeNextHop(const std::string& ifname, in_addr next_hop) {
+  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) return;
+  if (auto mac = ResolveNeighbor(ifindex, next_hop, std::chrono::milliseconds(500)); !mac) {
+    Log("fast path: next hop " + ToString(next_hop) + " on " + ifname + " not resolved yet (" +
+        mac.error().message() + "); the first connection waits for it");
+  }
+}
+
 // The kernel's real RX queue count (sysfs lists rx-N for each; `ethtool -L` changes it). An
 // AF_XDP socket can bind to each of them and to no other.
 uint32_t RxQueueCount(const std::string& ifname) {
@@ -201,6 +214,8 @@ void FastPath::Impl::Publish() {
   s.oow_acks = st.oow_acks;
   s.oow_acks_limited = st.oow_acks_limited;
   for (auto& i : ifaces) {
+    s.tx_no_neighbor += i->netif->stats().tx_no_neighbor;
+    s.next_hops += i->netif->next_hops().size();
     for (auto& port : i->ports) {
       const FrameAccount f = port->frames();
       s.frames_held += f.held;
@@ -306,6 +321,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     auto route = LookupRoute(backend.addr);
     if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
     std::string backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
+    if (backend_if == route->ifname) PrimeNextHop(backend_if, route->next_hop);
     in_addr source = route->prefsrc;
     if (backend_if == listen_if) source = listen.addr;
     if (source.s_addr == 0) {
@@ -483,6 +499,8 @@ std::string FastPathSnapshot::Format() const {
          " rx_packets=" + std::to_string(rx_packets) + RxByQueue() +
          " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
          " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
+         " tx_no_neighbor=" + std::to_string(tx_no_neighbor) +
+         " next_hops=" + std::to_string(next_hops) +
          " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
          " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
          " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +

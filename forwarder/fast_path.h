@@ -53,6 +53,9 @@ struct FastPathSnapshot {
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
   std::vector<QueueRx> rx_by_queue;    // shown as rx_packets.IFNAME.qN=...
   uint64_t tx_checksum_offloaded = 0;  // frames whose TCP checksum the kernel completed
+  // Segments lwIP had to keep because their next hop's MAC was unknown (it sends them again),
+  // and the next hops known or being resolved (learned from SYNs, or from the kernel).
+  uint64_t tx_no_neighbor = 0, next_hops = 0;
   // The kernel's XDP_STATISTICS for our sockets: frames it dropped (for any reason), and how
   // often it found the RX ring full or no frame in the fill ring. The peer retransmits them.
   uint64_t xsk_rx_dropped = 0, xsk_rx_ring_full = 0, xsk_fill_ring_empty = 0;

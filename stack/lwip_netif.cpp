@@ -12,6 +12,7 @@ extern "C" {
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
 #include "lwip/prot/ethernet.h"
+#include "lwip/prot/tcp.h"
 #include "lwip/sys.h"
 }
 
@@ -43,26 +44,6 @@ struct LwipNetif::RxPbuf {
   uint64_t addr;
 };
 
-std::optional<MacAddress> NextHopCache::Lookup(in_addr ip, uint64_t now_ms) {
-  Entry& e = entries_[ip.s_addr];  // allocates on first contact only
-  if (e.known && now_ms - e.checked_ms < kRevalidateMs) return e.mac;
-  if (!e.known && e.checked_ms != 0 && now_ms - e.checked_ms < kRetryMs) return std::nullopt;
-  e.checked_ms = now_ms;
-  ++kernel_lookups_;
-  auto found = LookupNeighbor(ifindex_, ip);
-  if (found && found->has_value()) {
-    e.mac = **found;
-    e.known = true;
-    return e.mac;
-  }
-  // Unknown, or known but gone from the kernel: ask the kernel to resolve it; lwIP keeps the
-  // segment and retries.
-  e.known = false;
-  ++resolution_requests_;
-  (void)RequestNeighborResolution(ifindex_, ip);
-  return std::nullopt;
-}
-
 struct LwipNetifCallbacks {
   static err_t Init(struct netif* nif) {
     auto* self = static_cast<LwipNetif*>(nif->state);
@@ -87,9 +68,8 @@ struct LwipNetifCallbacks {
     auto* self = static_cast<LwipNetif*>(nif->state);
     const LwipNetifConfig& c = self->config_;
     in_addr next{};
-    const bool on_link = c.gateway.s_addr == 0 || (ip4_addr_get_u32(dest) & c.netmask.s_addr) ==
-                                                      (c.addr.s_addr & c.netmask.s_addr);
-    next.s_addr = on_link ? ip4_addr_get_u32(dest) : c.gateway.s_addr;
+    next.s_addr = ip4_addr_get_u32(dest);
+    if (!self->OnLink(next)) next = c.gateway;
     const auto mac = self->next_hops_.Lookup(next, sys_now());
     if (!mac) {
       ++self->stats_.tx_no_neighbor;
@@ -139,8 +119,13 @@ struct LwipNetifCallbacks {
   static err_t Input(struct pbuf* p, struct netif* nif) {
     auto* self = static_cast<LwipNetif*>(nif->state);
     const auto* eth = static_cast<const uint8_t*>(p->payload);
-    if (p->len <= SIZEOF_ETH_HDR || eth[12] != 0x08 || eth[13] != 0x00 ||
-        pbuf_remove_header(p, SIZEOF_ETH_HDR) != 0) {
+    if (p->len <= SIZEOF_ETH_HDR || eth[12] != 0x08 || eth[13] != 0x00) {
+      ++self->stats_.rx_not_ipv4;
+      pbuf_free(p);
+      return ERR_OK;
+    }
+    self->LearnFromSyn(eth, p->len);
+    if (pbuf_remove_header(p, SIZEOF_ETH_HDR) != 0) {
       ++self->stats_.rx_not_ipv4;
       pbuf_free(p);
       return ERR_OK;
@@ -205,6 +190,27 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
     }
   }
   return self;
+}
+
+bool LwipNetif::OnLink(in_addr a) const {
+  return config_.gateway.s_addr == 0 ||
+         (a.s_addr & config_.netmask.s_addr) == (config_.addr.s_addr & config_.netmask.s_addr);
+}
+
+void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
+  constexpr size_t kTcpFlagsAt = 13;
+  const uint8_t* ip = frame + SIZEOF_ETH_HDR;
+  if (len < SIZEOF_ETH_HDR + 20 || ip[9] != IPPROTO_TCP) return;
+  const size_t ihl = (ip[0] & 0x0fu) * 4u;
+  if (len < SIZEOF_ETH_HDR + ihl + kTcpFlagsAt + 1 || (ip[ihl + kTcpFlagsAt] & TCP_SYN) == 0) {
+    return;
+  }
+  in_addr src{};
+  std::memcpy(&src.s_addr, ip + 12, sizeof(src.s_addr));
+  if (!OnLink(src)) return;  // behind a gateway: the frame's source is the gateway's MAC
+  MacAddress mac;
+  std::memcpy(mac.data(), frame + 6, mac.size());
+  next_hops_.Learn(src, mac, sys_now());
 }
 
 uint32_t LwipNetif::Poll(uint32_t budget) {

@@ -15,35 +15,13 @@
 
 #include "os/result.h"
 #include "stack/neighbor.h"
+#include "stack/next_hop_cache.h"
 #include "stack/xsk_port.h"
 
 struct netif;
 struct pbuf;
 
 namespace xdpfwd {
-
-// Next-hop MACs for one interface, from the kernel. A hit costs a hash lookup; a miss or an
-// entry older than kRevalidateMs asks the kernel (a netlink round trip, never per packet in
-// steady state); an unknown neighbour triggers kernel resolution, at most every kRetryMs.
-class NextHopCache {
- public:
-  static constexpr uint64_t kRevalidateMs = 1000;
-  static constexpr uint64_t kRetryMs = 100;
-  explicit NextHopCache(int ifindex) : ifindex_(ifindex) {}
-  std::optional<MacAddress> Lookup(in_addr ip, uint64_t now_ms);
-  uint64_t kernel_lookups() const { return kernel_lookups_; }
-  uint64_t resolution_requests() const { return resolution_requests_; }
-
- private:
-  struct Entry {
-    MacAddress mac{};
-    bool known = false;
-    uint64_t checked_ms = 0;
-  };
-  int ifindex_;
-  std::unordered_map<uint32_t, Entry> entries_;
-  uint64_t kernel_lookups_ = 0, resolution_requests_ = 0;
-};
 
 struct LwipNetifConfig {
   int ifindex = 0;
@@ -100,6 +78,10 @@ class LwipNetif {
   struct RxPbuf;
   friend struct LwipNetifCallbacks;  // lwIP's C callbacks (output, custom pbuf free)
   LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config);
+  // Reached without the gateway: the next hop is the address itself.
+  bool OnLink(in_addr a) const;
+  // A received SYN or SYN-ACK from an on-link peer: its Ethernet source goes into the cache.
+  void LearnFromSyn(const uint8_t* frame, size_t len);
 
   std::vector<XskPort*> ports_;
   XskPort& port_;  // ports_[0], the TX port
