@@ -7,7 +7,8 @@
 // carry data (RFC 6675), 0012 resends the head on a partial ACK with no SACK-shown hole, 0013
 // resends a lost fast retransmission after a probe timeout (RFC 8985), 0014 finds a lost
 // retransmission of any hole by the SACKs of what was sent after it (RFC 8985's RACK), 0015's
-// RTO resends only what the peer has not SACKed. LossTransfer measures a 4 MiB transfer at 1%
+// RTO resends only what the peer has not SACKed, 0016 probes at the next tick when the round trip
+// is below one. LossTransfer measures a 4 MiB transfer at 1%
 // and 3% loss (docs/stack.md, "Loss recovery").
 #include <gtest/gtest.h>
 
@@ -496,6 +497,35 @@ TEST_F(LwipRecoveryTest, RtoResendsOnlyWhatThePeerHasNotSacked) {
   EXPECT_TRUE(rto) << "no RTO: the test did not test it";
   EXPECT_GE(wire_.counters().timer_retransmitted - before.timer_retransmitted, 1u);
   EXPECT_EQ(other_resent, 0u) << "SACKed segments sent again";
+}
+
+// 0016: the round trip is below the 10 ms tick (the relay's lwIP legs measure SRTT at ~0.9
+// tick; this wire's delayed ACKs would make it a tick, so the test sets it to half of one once
+// the burst starts). A lost fast retransmission of the head, with the rest of the flight SACKed
+// and nothing sent after it, is probed at the first timer tick after it went out (two of the
+// wire's ticks apart: the tap counts the tick it went out in); 0013's floor of two timer ticks
+// (and SRTT truncated to whole ticks) made that three.
+TEST_F(LwipRecoveryTest, LostRetransmissionOnALanIsProbedAtTheNextTick) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  std::map<uint32_t, std::vector<uint64_t>> sent_at;  // data segment -> ticks of each copy
+  wire_.SetTap([&](const WirePacket& p) {
+    if (FromClient(p) && IsData(p)) sent_at[p.tcp.seq].push_back(wire_.ticks());
+  });
+  bool srtt_set = false;
+  BurstWithLosses(*this, wire_, client_, server_, 60, {10}, 2, [&](const WirePacket&) {
+    if (!srtt_set && client_.pcb != nullptr) {
+      client_.pcb->sa = 4;  // 8 * SRTT in ticks: SRTT = half a tick
+      srtt_set = true;
+    }
+  });
+  ASSERT_FALSE(HasFailure());
+  size_t thrice = 0;
+  for (const auto& [seq, ticks] : sent_at) {
+    if (ticks.size() < 3) continue;
+    ++thrice;
+    EXPECT_LE(ticks[2] - ticks[1], 2u) << "segment " << seq << ": sa " << client_.pcb->sa;
+  }
+  EXPECT_EQ(thrice, 1u);
 }
 
 // 0007: right after the handshake cwnd is three segments (RFC 3390's 4380 bytes). Six are
