@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "forwarder/link_fit.h"
@@ -302,6 +303,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     Impl::Interface* backend;
   };
   std::vector<Sides> sides;
+  std::set<std::pair<std::string, uint32_t>> primed;  // next hops resolved so far
   for (const Rule& rule : config.rules) {
     const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
     if (!rule.listen.is_ipv4() || !rule.backend.is_ipv4()) {
@@ -321,7 +323,9 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     auto route = LookupRoute(backend.addr);
     if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
     std::string backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
-    if (backend_if == route->ifname) PrimeNextHop(backend_if, route->next_hop);
+    if (backend_if == route->ifname && primed.insert({backend_if, route->next_hop.s_addr}).second) {
+      PrimeNextHop(backend_if, route->next_hop);  // once per next hop: it may wait 500 ms
+    }
     in_addr source = route->prefsrc;
     if (backend_if == listen_if) source = listen.addr;
     if (source.s_addr == 0) {
