@@ -104,17 +104,6 @@ class HostileTest : public ::testing::Test {
     reader.join();
   }
 
-  Counters WaitForStats(ForwarderProcess& fwd, const std::function<bool(const Counters&)>& done,
-                        std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    Counters s = fwd.Stats();
-    while (!done(s) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(200ms);
-      s = fwd.Stats();
-    }
-    return s;
-  }
-
   Topology topo_;
 };
 
@@ -142,8 +131,7 @@ TEST_F(HostileTest, SpoofedSynFloodIsReapedAndRealClientsAreServed) {
   EXPECT_LT(heap_per_syn, 1024u) << "a half-open handshake holds more than its SYN-ACK";
 
   // lwIP gives a handshake 5 s; the reaper takes its entry a second later.
-  const Counters after = WaitForStats(
-      *fwd,
+  const Counters after = fwd->WaitForStats(
       [&before](const Counters& s) {
         return Get(s, "fast.client_flows") == 0 &&
                Get(s, "fast.lwip_pcbs") == Get(before, "fast.lwip_pcbs") &&
@@ -177,18 +165,16 @@ TEST_F(HostileTest, FloodBeyondTheFlowCapacityFallsBackToTheKernelPath) {
   EXPECT_EQ(Get(during, "fast.client_flows"), kCapacity);
   EXPECT_GE(Get(during, "steer.pass_flow_table_full"), static_cast<uint64_t>(sent) - kCapacity);
   ExpectServed();
-  Counters s = WaitForStats(
-      *fwd, [](const Counters& c) { return Get(c, "kernel.completed") == 1; }, 10s);
+  Counters s =
+      fwd->WaitForStats([](const Counters& c) { return Get(c, "kernel.completed") == 1; }, 10s);
   EXPECT_EQ(Get(s, "kernel.completed"), 1u) << "the client during the flood was not served";
   EXPECT_EQ(Get(s, "fast.accepted"), 0u);
 
-  s = WaitForStats(
-      *fwd, [](const Counters& c) { return Get(c, "fast.client_flows") == 0; }, 20s);
+  s = fwd->WaitForStats([](const Counters& c) { return Get(c, "fast.client_flows") == 0; }, 20s);
   ASSERT_EQ(Get(s, "fast.client_flows"), 0u) << fwd->output();
   EXPECT_EQ(Get(s, "fast.stray_flows_reaped"), kCapacity);
   ExpectServed();
-  s = WaitForStats(
-      *fwd, [](const Counters& c) { return Get(c, "fast.completed") == 1; }, 10s);
+  s = fwd->WaitForStats([](const Counters& c) { return Get(c, "fast.completed") == 1; }, 10s);
   EXPECT_EQ(Get(s, "fast.completed"), 1u) << "the fast path did not take real clients again";
 }
 

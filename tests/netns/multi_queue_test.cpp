@@ -57,20 +57,6 @@ class MultiQueueTest : public ::testing::TestWithParam<std::tuple<std::string, i
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
   }
 
-  // Polls the counters until `done` holds (bounded); the last counters.
-  static std::map<std::string, uint64_t> WaitForStats(
-      ForwarderProcess& fwd,
-      const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
-      std::chrono::milliseconds timeout = 15s) {
-    const auto deadline = Clock::now() + timeout;
-    auto stats = fwd.Stats();
-    while (!done(stats) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(100ms);
-      stats = fwd.Stats();
-    }
-    return stats;
-  }
-
   std::string path() const { return std::get<0>(GetParam()); }
   // Set at veth creation (numrxqueues), so not bounded by the CPU count as `ethtool -L` is.
   int queues() const { return std::get<1>(GetParam()); }
@@ -125,7 +111,7 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   EXPECT_TRUE(backend.WaitServed(kConns - static_cast<int>(failures.size())));
 
   // Every connection on the fast path (auto mode's kernel path took none), each ended once.
-  auto stats = WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
+  auto stats = fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "active") == 0; });
   ExpectEachEndedOnce(RelayFromStats(stats, "fast."), "--path " + path());
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.accepted"), static_cast<uint64_t>(kConns));
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.completed"), static_cast<uint64_t>(kConns));
@@ -141,7 +127,7 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   }
 
   // Nothing left behind: flow entries (after their linger), pcbs, UMEM frames, then XDP.
-  stats = WaitForStats(fwd, [](const auto& s) {
+  stats = fwd.WaitForStats([](const auto& s) {
     return ForwarderProcess::Get(s, "fast.flows") == 0 &&
            ForwarderProcess::Get(s, "fast.lwip_pcbs") == 0;
   });

@@ -92,23 +92,9 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
   UniqueFd Connect() { return TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort); }
   bool fast() const { return GetParam() == "xdp"; }
 
-  // Polls the forwarder's counters until `done` holds (bounded); the last counters.
-  std::map<std::string, uint64_t> WaitForStats(
-      ForwarderProcess& fwd,
-      const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
-      std::chrono::milliseconds timeout = 15s) {
-    const auto deadline = Clock::now() + timeout;
-    auto stats = fwd.Stats();
-    while (!done(stats) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(100ms);
-      stats = fwd.Stats();
-    }
-    return stats;
-  }
-
   // The counters once every connection has ended, each in exactly one way.
   std::map<std::string, uint64_t> WaitUntilIdle(ForwarderProcess& fwd) {
-    auto stats = WaitForStats(fwd, [&](const auto& s) { return fwd.Relay(s, "active") == 0; });
+    auto stats = fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "active") == 0; });
     ExpectEachEndedOnce(RelayFromStats(stats, fast() ? "fast." : "kernel."),
                         "--path " + GetParam());
     return stats;
@@ -230,7 +216,7 @@ TEST_P(RelayTest, HalfCloseKeepsTheOtherDirectionFlowing) {
   EXPECT_EQ(req.hash, sent.hash);
   EXPECT_EQ(got.bytes, kResponse);
   const auto stats =
-      WaitForStats(*fwd, [&](const auto& s) { return fwd->Relay(s, "completed") == 1; });
+      fwd->WaitForStats([&](const auto& s) { return fwd->Relay(s, "completed") == 1; });
   EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
 }
 
@@ -491,7 +477,7 @@ TEST_P(RelayTest, TenThousandShortConnectionsLeaveNothingBehind) {
       ASSERT_EQ(recv(fd.get(), msg, sizeof(msg), MSG_WAITALL), 32) << "connection " << i;
     }
   });
-  const auto stats = WaitForStats(*fwd, [&](const auto& s) {
+  const auto stats = fwd->WaitForStats([&](const auto& s) {
     return fwd->Relay(s, "active") == 0 && ForwarderProcess::Get(s, "fast.flows") == 0 &&
            ForwarderProcess::Get(s, "fast.lwip_pcbs") == 0;
   });

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace xdpfwd::test {
 
@@ -81,6 +82,18 @@ std::map<std::string, uint64_t> ForwarderProcess::Stats() {
       if (eq == std::string::npos) continue;
       stats[prefix + w.substr(0, eq)] = std::stoull(w.substr(eq + 1));
     }
+  }
+  return stats;
+}
+
+std::map<std::string, uint64_t> ForwarderProcess::WaitForStats(
+    const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
+    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto stats = Stats();
+  while (!done(stats) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stats = Stats();
   }
   return stats;
 }

@@ -5,7 +5,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +28,10 @@ class ForwarderProcess {
   // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow"...
   // A counter the running paths do not print is absent (reads as 0 through Get).
   std::map<std::string, uint64_t> Stats();
+  // Polls Stats() until `done` holds or `timeout` passes; the last counters either way.
+  std::map<std::string, uint64_t> WaitForStats(
+      const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
+      std::chrono::milliseconds timeout = std::chrono::seconds(15));
   static uint64_t Get(const std::map<std::string, uint64_t>& stats, const std::string& key);
   // The relay counter of whichever path this forwarder runs ("accepted", "backend_reset"...),
   // summed over both paths in auto mode.
