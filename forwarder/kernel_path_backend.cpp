@@ -180,7 +180,8 @@ void BackendConnector::PortQueue::Push(uint16_t port) {
 }
 
 BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts ports, int thread,
-                                   int threads) {
+                                   int threads)
+    : user_timeout_ms_(static_cast<int>(config.limits.stall_timeout.count())) {
   // This thread's slice: a contiguous share of the range, less the reserved ports.
   std::vector<uint16_t> slice;
   const uint64_t n = ports.size();
@@ -348,6 +349,9 @@ BackendSocket BackendConnector::Open(const Pair& pair, uint16_t port) {
   const int fd = s.fd.get();
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (user_timeout_ms_ > 0) {
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms_, sizeof(user_timeout_ms_));
+  }
   // On every backend socket, also those whose port the kernel chooses: a TIME_WAIT socket
   // keeps its socket's SO_REUSEADDR, and a later bind to its port with SO_REUSEADDR succeeds
   // only if both have it (measured: EADDRINUSE otherwise). Without a bound port it changes

@@ -66,7 +66,8 @@ class BackendConnector {
   // Thread `thread` of `threads` (slice `thread` of the range).
   BackendConnector(const KernelPathConfig& config, LocalPorts ports, int thread, int threads);
 
-  // A non-blocking socket connecting to rule `rule_index`'s backend, with TCP_NODELAY.
+  // A non-blocking socket connecting to rule `rule_index`'s backend, with TCP_NODELAY (and
+  // TCP_USER_TIMEOUT at the stall timeout, see Loop).
   BackendSocket Connect(size_t rule_index, Clock::time_point now);
   // The leg is closed. `time_wait`: it closed first, so its 4-tuple stays in TIME_WAIT for
   // the next 60 s. Its port goes to the back of the queue: handed out again last.
@@ -117,6 +118,7 @@ class BackendConnector {
   };
 
   BackendSocket Open(const Pair& pair, uint16_t port);
+  int user_timeout_ms_ = 0;  // TCP_USER_TIMEOUT: the stall timeout; 0 leaves the kernel's
   static void LearnSource(Pair& pair, int fd);
   BackendSocket ConnectOwnPort(Pair& pair, Clock::time_point now);
   BackendSocket ConnectKernelPort(Pair& pair, Clock::time_point now);

@@ -153,6 +153,17 @@ Result<void> Loop::Open() {
                      SetOption(fd, IPPROTO_TCP, TCP_NODELAY, 1, where, "TCP_NODELAY")}) {
       if (!set) return set.error();
     }
+    // The stall timeout is the kernel's own: with TCP_USER_TIMEOUT a socket whose peer
+    // acknowledges nothing that long while data waits, zero-window probes answered or not,
+    // fails with ETIMEDOUT (Finish: kStallTimeout). Inherited by accepted sockets like
+    // TCP_NODELAY; the backend connector sets it on its sockets.
+    if (const auto stall = config_.limits.stall_timeout.count(); stall > 0) {
+      if (auto set = SetOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(stall), where,
+                               "TCP_USER_TIMEOUT");
+          !set) {
+        return set.error();
+      }
+    }
     if (rule.listen.family() == AF_INET6) {
       // [::]:port serves IPv6 only, so a rule for 0.0.0.0:port can coexist with it.
       if (auto set = SetOption(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, where, "IPV6_V6ONLY"); !set) {
@@ -340,8 +351,10 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
     return;
   }
   // A reset is final: relaying what is still queued would only delay telling the other side.
-  if ((events & EPOLLERR) && SocketError(leg.fd.get()) != 0) {
-    return Finish(c, client_leg ? End::kClientReset : End::kBackendReset);
+  if (events & EPOLLERR) {
+    const int err = SocketError(leg.fd.get());
+    if (err == ETIMEDOUT) return Finish(c, End::kStallTimeout);
+    if (err != 0) return Finish(c, client_leg ? End::kClientReset : End::kBackendReset);
   }
   Relay(c);
 }
@@ -356,6 +369,7 @@ void Loop::OnConnected(Connection& c) {
 void Loop::Relay(Connection& c) {
   // Which end to blame when a pump fails: the leg whose syscall failed.
   auto failure = [](const PumpResult& r, End source, End sink) -> std::optional<End> {
+    if (r.status != PumpStatus::kFailed && r.err == ETIMEDOUT) return End::kStallTimeout;
     switch (r.status) {
       case PumpStatus::kSourceFailed:
         return source;
@@ -424,6 +438,9 @@ void Loop::Finish(Connection& c, End why) {
       break;
     case End::kIdleTimeout:
       Add(r.idle_timeout);
+      break;
+    case End::kStallTimeout:
+      Add(r.stall_timeout);
       break;
     case End::kError:
       Add(counters_.errors);

@@ -54,6 +54,7 @@ class Loop {
     kBackendError,
     kBackendNoPort,  // connect: EADDRNOTAVAIL, no local port left (counted by the path)
     kIdleTimeout,
+    kStallTimeout,  // a peer acknowledged nothing for the stall timeout (TCP_USER_TIMEOUT)
     kError,
     kStopped,
   };

@@ -21,7 +21,8 @@ struct RelayLimits {
   // A peer that acknowledges nothing for this long while bytes wait for it (a window kept at
   // zero, or silence) has both legs reset, counted as stall_timeout: what it pins (up to a send
   // buffer and a window of backlog, 2 MiB per direction) is released. lwIP alone never gives up
-  // on a peer that answers its zero-window probes. 0: never. Fast path only (docs/relay.md).
+  // on a peer that answers its zero-window probes. 0: never. The kernel path passes it to the
+  // kernel as TCP_USER_TIMEOUT (docs/relay.md).
   std::chrono::milliseconds stall_timeout{120'000};
 };
 

@@ -1,5 +1,5 @@
 // KernelPath driven directly in a namespace topology (tests/netns/kernel_path_fixture.h): refused
-// and silent backends, the idle timeout (asleep and busy-polling), max_connections, running out
+// and silent backends, the idle timeout (asleep and busy-polling), the stall timeout, max_connections, running out
 // of descriptors, IPv6 and mixed-family rules, start-up errors, and every descriptor closed at
 // Stop.
 #include <gtest/gtest.h>
@@ -98,8 +98,78 @@ TEST_F(KernelPathTest, IdleTimeoutResetsBothLegsOnlyWhenIdle) {
   ExpectAccountedFor(path->Totals());
 }
 
-// Busy-polling passes no timeout to epoll_wait, so the loop must check deadlines on every spin:
-// an idle connection is still reset on time, a busy one is not.
+// A client that never reads behind a backend that never stops sending: once the client's
+// window is zero and the kernel's probes bring no progress for the stall timeout, the client
+// leg fails with ETIMEDOUT (TCP_USER_TIMEOUT) and both legs go, counted as stall_timeout. Without
+// it the kernel probes the zero window for as long as the client answers.
+TEST_F(KernelPathTest, ZeroWindowClientIsResetAtTheStallTimeout) {
+  std::atomic<int> backend_err{0};
+  Backend backend(BackendListener(), [&](int fd) {
+    const std::vector<uint8_t> chunk(64 * 1024, 'z');
+    for (;;) {
+      if (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) {
+        backend_err = errno;
+        return;
+      }
+    }
+  });
+  KernelPathConfig config = Config();
+  config.limits.stall_timeout = 1s;
+  auto path = Start(config);
+  UniqueFd client = Client();  // reads nothing until the end
+  const auto start = Clock::now();
+  WaitFor(
+      *path, [](const RelayTotals& r) { return r.stall_timeout == 1 && r.active == 0; },
+      "counted as stall_timeout", 20s);
+  EXPECT_GE(Clock::now() - start, 1s);
+  // What the client had received it can still read; its window update then meets no socket.
+  const Ending end = ReadToEnd(client.get());
+  EXPECT_EQ(end.err, ECONNRESET) << end.bytes << " bytes read";
+  EXPECT_GT(end.bytes, 0u);
+  ASSERT_TRUE(backend.WaitServed(1));
+  EXPECT_TRUE(backend_err == ECONNRESET || backend_err == EPIPE) << std::strerror(backend_err);
+  ExpectAccountedFor(path->Totals());
+}
+
+// The same on the backend side: a backend that reads nothing while the client sends. It learns
+// only when it reads again and its window update meets no socket (TCP_USER_TIMEOUT closes the
+// leg without a reset), as the client above.
+TEST_F(KernelPathTest, ZeroWindowBackendIsResetAtTheStallTimeout) {
+  std::promise<void> stalled;
+  std::shared_future<void> counted = stalled.get_future().share();
+  Ending backend_end;
+  Backend backend(BackendListener(), [&](int fd) {
+    counted.wait();  // reads nothing until the forwarder gave up on it
+    backend_end = ReadToEnd(fd);
+  });
+  KernelPathConfig config = Config();
+  config.limits.stall_timeout = 1s;
+  auto path = Start(config);
+  UniqueFd client = Client();
+  int client_err = 0;
+  std::thread sender([&] {
+    const std::vector<uint8_t> chunk(64 * 1024, 'z');
+    while (send(client.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL) >= 0) {
+    }
+    client_err = errno;
+  });
+  const bool stall_counted = Eventually(
+      [&] {
+        const RelayTotals r = path->Totals().relay;
+        return r.stall_timeout == 1 && r.active == 0;
+      },
+      20s);
+  EXPECT_TRUE(stall_counted) << path->Totals().Format();
+  if (!stall_counted) shutdown(client.get(), SHUT_RDWR);  // stops the sender: fail, not hang
+  stalled.set_value();
+  sender.join();
+  EXPECT_TRUE(client_err == ECONNRESET || client_err == EPIPE) << std::strerror(client_err);
+  ASSERT_TRUE(backend.WaitServed(1));
+  EXPECT_EQ(backend_end.err, ECONNRESET) << backend_end.bytes << " bytes read";
+  EXPECT_GT(backend_end.bytes, 0u);
+  ExpectAccountedFor(path->Totals());
+}
+
 TEST_F(KernelPathTest, BusyPollKeepsTheIdleTimeout) {
   Backend backend(BackendListener(), EchoUntilEofOrReset);
   KernelPathConfig config = Config();
