@@ -98,8 +98,7 @@ std::vector<uint16_t> SliceOfPorts(const std::vector<PortRange>& ranges, uint32_
   return out;
 }
 
-BackendPorts::BackendPorts(const std::vector<PortRange>& ranges)
-    : BackendPorts(PortsOf(ranges)) {}
+BackendPorts::BackendPorts(const std::vector<PortRange>& ranges) : BackendPorts(PortsOf(ranges)) {}
 
 BackendPorts::BackendPorts(std::vector<uint16_t> ports) : ports_(std::move(ports)) {
   std::sort(ports_.begin(), ports_.end());

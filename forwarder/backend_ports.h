@@ -74,7 +74,7 @@ class BackendPorts {
   std::optional<uint32_t> IndexOf(uint16_t port) const;
 
   std::vector<uint16_t> ports_;  // every port of the space, ascending: index = position
-  std::vector<uint16_t> free_;  // a ring of free ports: pop at head_, push at the tail
+  std::vector<uint16_t> free_;   // a ring of free ports: pop at head_, push at the tail
   uint32_t head_ = 0;
   uint32_t free_count_ = 0;
   std::vector<uint32_t> generation_;  // per port index

@@ -17,8 +17,7 @@ Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes)
   if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
     return SystemError(name + ": sizing shared memory to " + std::to_string(size) + " bytes");
   }
-  void* data =
-      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (data == MAP_FAILED) return SystemError(name + ": mapping shared memory");
   return SharedMemory(std::move(fd), static_cast<uint8_t*>(data), size);
 }

@@ -60,12 +60,14 @@ Result<void> HandoffRing::Format(void* memory, size_t bytes, uint32_t slots) {
   // Slots stay line-aligned, so a packet never shares a line with the control block.
   static_assert(kSlotBytes % kLine == 0 && sizeof(Control) % kLine == 0);
   if (slots < 2 || (slots & (slots - 1)) != 0 || slots > (1u << 24)) {
-    return Error{{}, "handoff ring: " + std::to_string(slots) +
-                         " slots (a power of two from 2 to 2^24 is needed)"};
+    return Error{{},
+                 "handoff ring: " + std::to_string(slots) +
+                     " slots (a power of two from 2 to 2^24 is needed)"};
   }
   if (reinterpret_cast<uintptr_t>(memory) % kLine != 0 || bytes < MemoryBytes(slots)) {
-    return Error{{}, "handoff ring: memory not 128-byte aligned or shorter than " +
-                         std::to_string(MemoryBytes(slots)) + " bytes"};
+    return Error{{},
+                 "handoff ring: memory not 128-byte aligned or shorter than " +
+                     std::to_string(MemoryBytes(slots)) + " bytes"};
   }
   auto* control = new (memory) Control{};
   control->slot_count = slots;
@@ -87,8 +89,7 @@ Result<HandoffRing> HandoffRing::Attach(void* memory, size_t bytes) {
       control->slot_bytes != kSlotBytes || bytes < MemoryBytes(control->slot_count)) {
     return Error{{}, "handoff ring: memory holds no ring of this build's layout"};
   }
-  return HandoffRing(control, static_cast<uint8_t*>(memory) + sizeof(Control),
-                     control->slot_count);
+  return HandoffRing(control, static_cast<uint8_t*>(memory) + sizeof(Control), control->slot_count);
 }
 
 HandoffRing::HandoffRing(Control* control, uint8_t* slots, uint32_t slot_count)

@@ -24,7 +24,7 @@ struct HandoffPacket {
 struct HandoffCounters {
   uint64_t pushed = 0;
   uint64_t popped = 0;
-  uint64_t dropped_full = 0;       // no room: the ring's consumer is behind (TCP resends it)
+  uint64_t dropped_full = 0;  // no room: the ring's consumer is behind (TCP resends it)
   uint64_t dropped_size = 0;  // empty, or longer than max_packet(): no ring this size takes it
 };
 
@@ -55,7 +55,7 @@ class HandoffRing {
   std::span<uint8_t> Reserve(uint32_t len, uint16_t tag);
   void Commit();  // publishes what Reserve handed out
   // Copies `packet` in and publishes it; false when it was dropped (counted: no room, or
-  // empty or too long). What the worker calls: a full ring must never stall the worker that polls it.
+  // empty or too long). What the worker calls: a full ring must never stall a polling worker.
   bool Push(std::span<const uint8_t> packet, uint16_t tag);
 
   // Consumer. The oldest packet, valid until Pop(); nullopt when the ring is empty.

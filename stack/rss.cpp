@@ -38,8 +38,8 @@ uint32_t ToeplitzHash(std::span<const uint8_t> key, std::span<const uint8_t> inp
   return hash;
 }
 
-uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr daddr,
-                         uint16_t sport, uint16_t dport) {
+uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr daddr, uint16_t sport,
+                         uint16_t dport) {
   uint8_t input[12];
   std::memcpy(input, &saddr.s_addr, 4);  // s_addr is already in network order
   std::memcpy(input + 4, &daddr.s_addr, 4);
@@ -75,9 +75,11 @@ Result<RssTable> ReadRssTable(const std::string& ifname) {
   const uint32_t key_size = rxfh->key_size;
   if (indir_size == 0 || key_size == 0) {
     return Error{std::make_error_code(std::errc::operation_not_supported),
-                 ifname + ": the RSS key and indirection table are not available (ethtool -x "
-                          "reports " + std::to_string(indir_size) + " table entries and a " +
-                          std::to_string(key_size) + "-byte key)"};
+                 ifname +
+                     ": the RSS key and indirection table are not available (ethtool -x "
+                     "reports " +
+                     std::to_string(indir_size) + " table entries and a " +
+                     std::to_string(key_size) + "-byte key)"};
   }
   // The answer: the header, then the table (u32 each), then the key bytes.
   buf.assign(sizeof(ethtool_rxfh) / sizeof(uint32_t) + indir_size + (key_size + 3) / 4, 0);
@@ -87,13 +89,16 @@ Result<RssTable> ReadRssTable(const std::string& ifname) {
   rxfh->key_size = key_size;
   if (int err = call(buf); err != 0) return SystemError(what, err);
   if (rxfh->hfunc != kHashToeplitz) {
-    return Error{{}, ifname + ": RSS hash function " + std::to_string(rxfh->hfunc) +
-                         " is not Toeplitz (ethtool -X " + ifname + " hfunc toeplitz)"};
+    return Error{{},
+                 ifname + ": RSS hash function " + std::to_string(rxfh->hfunc) +
+                     " is not Toeplitz (ethtool -X " + ifname + " hfunc toeplitz)"};
   }
   // rsvd8[0] is input_xfrm on newer kernels: a symmetric transform hashes other bytes.
   if (rxfh->rsvd8[0] != 0) {
-    return Error{{}, ifname + ": an RSS input transform is on (ethtool -x shows it); the plain "
-                              "Toeplitz hash of the 4-tuple would not predict the queue"};
+    return Error{{},
+                 ifname +
+                     ": an RSS input transform is on (ethtool -x shows it); the plain "
+                     "Toeplitz hash of the 4-tuple would not predict the queue"};
   }
   RssTable table;
   table.indirection.assign(rxfh->rss_config, rxfh->rss_config + indir_size);

@@ -27,8 +27,8 @@ uint32_t ToeplitzHash(std::span<const uint8_t> key, std::span<const uint8_t> inp
 
 // IPv4/TCP as the NIC hashes a received packet: source address, destination address, source
 // port, destination port, all as on the wire. Ports in host order here.
-uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr daddr,
-                         uint16_t sport, uint16_t dport);
+uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr daddr, uint16_t sport,
+                         uint16_t dport);
 
 struct RssTable {
   std::vector<uint8_t> key;

@@ -63,8 +63,9 @@ struct {
 	__type(value, __u32);
 } steer_xsks SEC(".maps");
 
-/* rx queue -> worker that serves it, per interface (each interface loads its own program).
- * Zero-filled, so STEER_SOLE_WORKER everywhere until userspace writes it. */
+/* rx queue -> worker that serves it, per interface (each interface loads its
+ * own program). Zero-filled, so STEER_SOLE_WORKER everywhere until userspace
+ * writes it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, STEER_MAX_QUEUES);
@@ -170,9 +171,10 @@ static __always_inline __u32 queue_worker(struct xdp_md *ctx)
 	return worker ? *worker : STEER_SOLE_WORKER;
 }
 
-/* Puts the flow's owner in front of the frame for the worker that receives it. Invalidates
- * every packet pointer: call it last. A device without metadata room (adjust_meta fails)
- * delivers the frame unstamped; the magic lets the worker notice. */
+/* Puts the flow's owner in front of the frame for the worker that receives it.
+ * Invalidates every packet pointer: call it last. A device without metadata
+ * room (adjust_meta fails) delivers the frame unstamped; the magic lets the
+ * worker notice. */
 static __always_inline void stamp_owner(struct xdp_md *ctx, __u32 owner)
 {
 	struct steer_rx_meta *meta;
@@ -186,13 +188,14 @@ static __always_inline void stamp_owner(struct xdp_md *ctx, __u32 owner)
 	meta->magic = STEER_RX_META_MAGIC;
 }
 
-/* A packet of a known flow goes to this queue's socket whoever owns the flow (a slot pointing
- * at another queue's socket would drop it); when the owner is not this queue's worker, the
- * receiving worker hands it over and the decision is counted apart. */
+/* A packet of a known flow goes to this queue's socket whoever owns the flow (a
+ * slot pointing at another queue's socket would drop it); when the owner is not
+ * this queue's worker, the receiving worker hands it over and the decision is
+ * counted apart. */
 static __always_inline int redirect_known_flow(struct xdp_md *ctx, __u32 owner)
 {
-	__u32 reason = owner == queue_worker(ctx) ? STEER_REDIRECT_FLOW :
-						    STEER_REDIRECT_HANDOFF;
+	__u32 reason = owner == queue_worker(ctx) ? STEER_REDIRECT_FLOW
+						  : STEER_REDIRECT_HANDOFF;
 	int action;
 
 	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);

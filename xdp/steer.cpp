@@ -577,8 +577,9 @@ Result<void> SteerProgram::UnbindQueue(uint32_t queue) {
 
 Result<void> SteerProgram::SetQueueWorker(uint32_t queue, uint32_t worker) {
   if (queue >= STEER_MAX_QUEUES) {
-    return Error{{}, ifname_ + ": queue " + std::to_string(queue) + " is above the " +
-                         std::to_string(STEER_MAX_QUEUES) + " the program supports"};
+    return Error{{},
+                 ifname_ + ": queue " + std::to_string(queue) + " is above the " +
+                     std::to_string(STEER_MAX_QUEUES) + " the program supports"};
   }
   if (bpf_map__update_elem(skel_->s->maps.steer_queue_workers, &queue, sizeof(queue), &worker,
                            sizeof(worker), BPF_ANY) != 0) {

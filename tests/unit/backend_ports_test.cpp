@@ -117,8 +117,7 @@ TEST(RssPortsTest, WorkersWithDifferentQueuesShareNoPort) {
   size_t total = 0;
   for (uint32_t q = 0; q < 4; ++q) {
     const uint32_t mine[] = {q};
-    const auto ports =
-        PortsLandingOn(rss, mine, Ip("10.0.0.1"), Ip("10.0.0.2"), 443, ranges);
+    const auto ports = PortsLandingOn(rss, mine, Ip("10.0.0.1"), Ip("10.0.0.2"), 443, ranges);
     EXPECT_GT(ports.size(), 2000u) << q;
     total += ports.size();
     all.insert(ports.begin(), ports.end());

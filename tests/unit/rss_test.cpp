@@ -36,8 +36,7 @@ constexpr Vector kSuite[] = {
 
 TEST(ToeplitzTest, MatchesTheVerificationSuiteForIpv4AndTcp) {
   for (const Vector& v : kSuite) {
-    EXPECT_EQ(ToeplitzIpv4Tcp(kDefaultRssKey, Ip(v.src), Ip(v.dst), v.sport, v.dport),
-              v.ipv4_tcp)
+    EXPECT_EQ(ToeplitzIpv4Tcp(kDefaultRssKey, Ip(v.src), Ip(v.dst), v.sport, v.dport), v.ipv4_tcp)
         << v.src << ":" << v.sport << " -> " << v.dst << ":" << v.dport;
     uint8_t addrs[8];
     const in_addr s = Ip(v.src), d = Ip(v.dst);
