@@ -1,6 +1,8 @@
 // The relay's backend port allocator (see backend_ports.h).
 #include "forwarder/backend_ports.h"
 
+#include <algorithm>
+#include <array>
 #include <fstream>
 
 namespace xdpfwd {
@@ -50,22 +52,67 @@ std::string ToString(const std::vector<PortRange>& ranges) {
   return out;
 }
 
-BackendPorts::BackendPorts(const std::vector<PortRange>& ranges) : ranges_(ranges) {
-  for (const PortRange& r : ranges_) {
-    for (uint32_t p = r.first; p <= r.last; ++p) free_.push_back(static_cast<uint16_t>(p));
+namespace {
+
+std::vector<uint16_t> PortsOf(const std::vector<PortRange>& ranges) {
+  std::vector<uint16_t> ports;
+  for (const PortRange& r : ranges) {
+    for (uint32_t p = r.first; p <= r.last; ++p) ports.push_back(static_cast<uint16_t>(p));
   }
+  return ports;
+}
+
+}  // namespace
+
+std::vector<uint16_t> PortsLandingOn(const RssTable& rss, std::span<const uint32_t> queues,
+                                     in_addr local, in_addr backend, uint16_t backend_port,
+                                     const std::vector<PortRange>& ranges) {
+  std::vector<uint16_t> out;
+  if (rss.indirection.empty() || queues.empty()) return out;
+  // The hash of (backend, local, backend_port, port) is the hash with port 0 XOR the hash of
+  // an input that is zero but for the port's two bytes (Toeplitz is XOR-linear).
+  const uint32_t base = ToeplitzIpv4Tcp(rss.key, backend, local, backend_port, 0);
+  std::array<uint32_t, 256> high{}, low{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    high[b] = ToeplitzIpv4Tcp(rss.key, in_addr{}, in_addr{}, 0, static_cast<uint16_t>(b << 8));
+    low[b] = ToeplitzIpv4Tcp(rss.key, in_addr{}, in_addr{}, 0, static_cast<uint16_t>(b));
+  }
+  std::vector<bool> ours(*std::max_element(rss.indirection.begin(), rss.indirection.end()) + 1);
+  for (uint32_t q : queues) {
+    if (q < ours.size()) ours[q] = true;
+  }
+  for (uint16_t port : PortsOf(ranges)) {
+    const uint32_t hash = base ^ high[port >> 8] ^ low[port & 0xff];
+    if (ours[rss.QueueOf(hash)]) out.push_back(port);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<uint16_t> SliceOfPorts(const std::vector<PortRange>& ranges, uint32_t worker,
+                                   uint32_t workers) {
+  std::vector<uint16_t> out;
+  if (workers == 0 || worker >= workers) return out;
+  const std::vector<uint16_t> all = PortsOf(ranges);
+  for (size_t i = worker; i < all.size(); i += workers) out.push_back(all[i]);
+  return out;
+}
+
+BackendPorts::BackendPorts(const std::vector<PortRange>& ranges) : BackendPorts(PortsOf(ranges)) {}
+
+BackendPorts::BackendPorts(std::vector<uint16_t> ports) : ports_(std::move(ports)) {
+  std::sort(ports_.begin(), ports_.end());
+  ports_.erase(std::unique(ports_.begin(), ports_.end()), ports_.end());
+  free_ = ports_;
   free_count_ = static_cast<uint32_t>(free_.size());
   generation_.assign(free_.size(), 0);
   live_.assign(free_.size(), false);
 }
 
 std::optional<uint32_t> BackendPorts::IndexOf(uint16_t port) const {
-  uint32_t base = 0;
-  for (const PortRange& r : ranges_) {  // one to three ranges
-    if (port >= r.first && port <= r.last) return base + (port - r.first);
-    base += r.size();
-  }
-  return std::nullopt;
+  const auto it = std::lower_bound(ports_.begin(), ports_.end(), port);
+  if (it == ports_.end() || *it != port) return std::nullopt;
+  return static_cast<uint32_t>(it - ports_.begin());
 }
 
 std::optional<BackendPorts::Lease> BackendPorts::Acquire() {

@@ -5,12 +5,16 @@
 // generation per port so a delayed flow removal can tell that the port has since been reused.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "os/result.h"
+#include "stack/rss.h"
 
 namespace xdpfwd {
 
@@ -32,9 +36,25 @@ Result<PortRange> KernelEphemeralPorts();
 Result<void> CheckOutsideEphemeral(const PortRange& ours, const PortRange& ephemeral);
 std::string ToString(const std::vector<PortRange>& ranges);  // "1024-32767,61000-65535"
 
+// N fast-path workers (docs/stack.md, "Next step"; built, not yet wired). The ports of `ranges`
+// a worker owning rx queues `queues` of the backend-side device should use toward `backend`
+// from `local`: those whose return traffic (backend → local:port) the device's RSS puts on
+// one of its queues, ascending. Ports for different workers' queues are disjoint, so workers
+// need no shared allocator. The Toeplitz hash is linear in its input, so each port costs two
+// table lookups, not a hash: the default 36,280-port space took 0.3 ms here (docs/stack.md).
+std::vector<uint16_t> PortsLandingOn(const RssTable& rss, std::span<const uint32_t> queues,
+                                     in_addr local, in_addr backend, uint16_t backend_port,
+                                     const std::vector<PortRange>& ranges);
+// Where the device has no readable RSS table (veth): worker `worker` of `workers` takes every
+// workers-th port of `ranges`, so the slices are disjoint and as large as can be.
+std::vector<uint16_t> SliceOfPorts(const std::vector<PortRange>& ranges, uint32_t worker,
+                                   uint32_t workers);
+
 class BackendPorts {
  public:
   explicit BackendPorts(const std::vector<PortRange>& ranges);
+  // Exactly these ports (PortsLandingOn, SliceOfPorts); duplicates count once.
+  explicit BackendPorts(std::vector<uint16_t> ports);
 
   struct Lease {
     uint16_t port;
@@ -53,8 +73,8 @@ class BackendPorts {
  private:
   std::optional<uint32_t> IndexOf(uint16_t port) const;
 
-  std::vector<PortRange> ranges_;
-  std::vector<uint16_t> free_;  // a ring of free ports: pop at head_, push at the tail
+  std::vector<uint16_t> ports_;  // every port of the space, ascending: index = position
+  std::vector<uint16_t> free_;   // a ring of free ports: pop at head_, push at the tail
   uint32_t head_ = 0;
   uint32_t free_count_ = 0;
   std::vector<uint32_t> generation_;  // per port index

@@ -63,6 +63,16 @@ struct {
 	__type(value, __u32);
 } steer_xsks SEC(".maps");
 
+/* rx queue -> worker that serves it, per interface (each interface loads its
+ * own program). Zero-filled, so STEER_SOLE_WORKER everywhere until userspace
+ * writes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STEER_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} steer_queue_workers SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STEER_NR_REASONS);
@@ -152,6 +162,49 @@ static __always_inline struct steer_listener *find_listener(__be32 addr,
 	return bpf_map_lookup_elem(&steer_listeners, &key);
 }
 
+/* Per-queue ownership: which worker serves this rx queue. */
+static __always_inline __u32 queue_worker(struct xdp_md *ctx)
+{
+	__u32 queue = ctx->rx_queue_index;
+	__u32 *worker = bpf_map_lookup_elem(&steer_queue_workers, &queue);
+
+	return worker ? *worker : STEER_SOLE_WORKER;
+}
+
+/* Puts the flow's owner in front of the frame for the worker that receives it.
+ * Invalidates every packet pointer: call it last. A device without metadata
+ * room (adjust_meta fails) delivers the frame unstamped; the magic lets the
+ * worker notice. */
+static __always_inline void stamp_owner(struct xdp_md *ctx, __u32 owner)
+{
+	struct steer_rx_meta *meta;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*meta)))
+		return;
+	meta = (void *)(long)ctx->data_meta;
+	if ((void *)(meta + 1) > (void *)(long)ctx->data)
+		return;
+	meta->owner = owner;
+	meta->magic = STEER_RX_META_MAGIC;
+}
+
+/* A packet of a known flow goes to this queue's socket whoever owns the flow (a
+ * slot pointing at another queue's socket would drop it); when the owner is not
+ * this queue's worker, the receiving worker hands it over and the decision is
+ * counted apart. */
+static __always_inline int redirect_known_flow(struct xdp_md *ctx, __u32 owner)
+{
+	__u32 reason = owner == queue_worker(ctx) ? STEER_REDIRECT_FLOW
+						  : STEER_REDIRECT_HANDOFF;
+	int action;
+
+	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
+	if (action != XDP_REDIRECT)
+		return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
+	stamp_owner(ctx, owner);
+	return decide(ctx, reason, XDP_REDIRECT);
+}
+
 SEC("xdp")
 int xdpfwd_steer(struct xdp_md *ctx)
 {
@@ -213,11 +266,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 			existing->created_ns = bpf_ktime_get_ns();
 			existing->flags = 0;
 		}
-		action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index,
-					  XDP_PASS);
-		if (action != XDP_REDIRECT)
-			return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
-		return decide(ctx, STEER_REDIRECT_FLOW, XDP_REDIRECT);
+		return redirect_known_flow(ctx, existing->owner);
 	}
 
 	if (!tcp->syn || tcp->ack)
@@ -231,7 +280,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	if (syn_flows >= syn_flow_budget)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 
-	flow.owner = STEER_SOLE_WORKER;
+	flow.owner = queue_worker(ctx); /* the SYN's queue takes the client */
 	flow.rule_id = listener->rule_id;
 	flow.created_ns = bpf_ktime_get_ns();
 	flow.origin = STEER_FLOW_FROM_SYN;
@@ -251,6 +300,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 			__sync_fetch_and_add(&syn_flows, -1);
 		return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
 	}
+	stamp_owner(ctx, flow.owner);
 	return decide(ctx, STEER_REDIRECT_NEW_FLOW, XDP_REDIRECT);
 }
 

@@ -36,6 +36,7 @@ static_assert(sizeof(steer_flow) == 24 && offsetof(steer_flow, created_ns) == 8 
               offsetof(steer_flow, origin) == 16 && offsetof(steer_flow, flags) == 20);
 static_assert(sizeof(steer_owner) == 16 && offsetof(steer_owner, start_time) == 8);
 static_assert(sizeof(steer_counter) == 16);
+static_assert(sizeof(steer_rx_meta) == 8 && offsetof(steer_rx_meta, magic) == 4);
 
 namespace {
 
@@ -331,6 +332,8 @@ std::string_view ReasonName(SteerReason reason) {
       return "pass_kernel_owns";
     case SteerReason::kPassNoSocket:
       return "pass_no_socket";
+    case SteerReason::kRedirectHandoff:
+      return "redirect_handoff";
   }
   return "unknown";
 }
@@ -568,6 +571,20 @@ Result<void> SteerProgram::BindQueue(uint32_t queue, int xsk_fd) {
 Result<void> SteerProgram::UnbindQueue(uint32_t queue) {
   if (bpf_map__delete_elem(skel_->s->maps.steer_xsks, &queue, sizeof(queue), 0) != 0) {
     return SystemError(ifname_ + ": unbinding queue " + std::to_string(queue));
+  }
+  return {};
+}
+
+Result<void> SteerProgram::SetQueueWorker(uint32_t queue, uint32_t worker) {
+  if (queue >= STEER_MAX_QUEUES) {
+    return Error{{},
+                 ifname_ + ": queue " + std::to_string(queue) + " is above the " +
+                     std::to_string(STEER_MAX_QUEUES) + " the program supports"};
+  }
+  if (bpf_map__update_elem(skel_->s->maps.steer_queue_workers, &queue, sizeof(queue), &worker,
+                           sizeof(worker), BPF_ANY) != 0) {
+    return SystemError(ifname_ + ": assigning queue " + std::to_string(queue) + " to worker " +
+                       std::to_string(worker));
   }
   return {};
 }

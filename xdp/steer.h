@@ -33,6 +33,7 @@ enum class SteerReason : uint32_t {
   kPassFlowTableFull = STEER_PASS_FLOW_TABLE_FULL,
   kPassKernelOwns = STEER_PASS_KERNEL_OWNS,
   kPassNoSocket = STEER_PASS_NO_SOCKET,
+  kRedirectHandoff = STEER_REDIRECT_HANDOFF,
 };
 inline constexpr size_t kSteerReasonCount = STEER_NR_REASONS;
 
@@ -95,6 +96,10 @@ class SteerProgram final : public FlowTable {
   uint64_t ClientFlowCount() const;
   Result<void> BindQueue(uint32_t queue, int xsk_fd);
   Result<void> UnbindQueue(uint32_t queue);
+  // Which worker serves rx queue `queue`: new flows arriving there are stamped with it, and a
+  // known flow's packet there whose owner differs counts as redirect_handoff. Every queue is
+  // STEER_SOLE_WORKER's until this is called (N workers: docs/stack.md, not yet wired).
+  Result<void> SetQueueWorker(uint32_t queue, uint32_t worker);
   SteerCounters ReadCounters() const;
 
   // Detaches now (also what the destructor does). Safe to call twice.

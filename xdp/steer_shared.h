@@ -9,8 +9,8 @@
 #define STEER_PROG_NAME "xdpfwd_steer"
 #define STEER_MAX_QUEUES 64
 /* The worker a flow belongs to (steer_flow.owner). One worker per process serves every rx
- * queue of every interface, so the program stamps new flows with this one; N workers is the
- * next step (docs/stack.md). */
+ * queue of every interface today, so every queue maps to this one in steer_queue_workers (an
+ * array map, zero-filled); N workers is the next step (docs/stack.md). */
 #define STEER_SOLE_WORKER 0
 #define STEER_MAX_LISTENERS 1024
 /* As many client flows as the fast path holds connections (FastPath::MaxConnections). */
@@ -61,6 +61,17 @@ struct steer_owner {
   __u64 start_time; /* field 22 of /proc/<pid>/stat: guards against PID reuse */
 };
 
+/* Written in front of every redirected frame (bpf_xdp_adjust_meta): copy mode copies it into
+ * the UMEM frame just before the packet, where zero-copy drivers keep it too. With N
+ * workers the one that receives a frame reads which worker owns its flow and hands the frame
+ * over when that is another (docs/stack.md, "Next step"). The magic tells a stamped frame
+ * from headroom nobody wrote. */
+struct steer_rx_meta {
+  __u32 owner; /* steer_flow.owner of the frame's flow */
+  __u32 magic; /* STEER_RX_META_MAGIC */
+};
+#define STEER_RX_META_MAGIC 0x58444d31u /* "XDM1" */
+
 struct steer_counter {
   __u64 packets;
   __u64 bytes;
@@ -82,7 +93,8 @@ enum steer_reason {
   STEER_PASS_FLOW_TABLE_FULL = 10, /* SYN to a listener, no room for its flow */
   STEER_PASS_KERNEL_OWNS = 11,     /* SYN whose 4-tuple a kernel socket already has */
   STEER_PASS_NO_SOCKET = 12,       /* no AF_XDP socket bound on this rx queue */
-  STEER_NR_REASONS = 13,
+  STEER_REDIRECT_HANDOFF = 13,     /* known flow owned by another worker than this queue's */
+  STEER_NR_REASONS = 14,
 };
 
 #endif /* XDPFWD_STEER_SHARED_H */

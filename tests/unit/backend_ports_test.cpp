@@ -2,9 +2,11 @@
 // kernel's ephemeral range.
 #include "forwarder/backend_ports.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 namespace xdpfwd {
 namespace {
@@ -67,6 +69,92 @@ TEST(BackendPortsTest, GenerationTellsADelayedRemovalThatThePortWasReused) {
   ports.Release(second->port);
   EXPECT_FALSE(ports.IsIdleSince(*first));  // reused since: the entry is the new connection's
   EXPECT_TRUE(ports.IsIdleSince(*second));
+}
+
+in_addr Ip(const char* dotted) {
+  in_addr a{};
+  inet_pton(AF_INET, dotted, &a);
+  return a;
+}
+
+// A 4-queue device with the default key and a 128-entry table spreading the queues round
+// robin (what `ethtool -X DEV equal 4` sets).
+RssTable FourQueues() {
+  RssTable t;
+  t.key.assign(std::begin(kDefaultRssKey), std::end(kDefaultRssKey));
+  for (uint32_t i = 0; i < 128; ++i) t.indirection.push_back(i % 4);
+  return t;
+}
+
+// Every port picked for a worker's queues, hashed the slow way as the device will hash the
+// backend's reply, lands on one of them; every port left out lands elsewhere.
+TEST(RssPortsTest, PickedPortsAreExactlyThoseWhoseRepliesLandOnTheQueues) {
+  const RssTable rss = FourQueues();
+  const in_addr local = Ip("198.19.0.1"), backend = Ip("198.19.0.2");
+  const std::vector<PortRange> ranges = {{1024, 32767}, {61000, 65535}};
+  const std::vector<uint32_t> queues = {1, 3};
+  const auto picked = PortsLandingOn(rss, queues, local, backend, 9001, ranges);
+  const std::set<uint16_t> picked_set(picked.begin(), picked.end());
+  ASSERT_EQ(picked_set.size(), picked.size());
+  for (const PortRange& r : ranges) {
+    for (uint32_t p = r.first; p <= r.last; ++p) {
+      const uint32_t q =
+          rss.QueueOf(ToeplitzIpv4Tcp(rss.key, backend, local, 9001, static_cast<uint16_t>(p)));
+      ASSERT_EQ(picked_set.count(static_cast<uint16_t>(p)) == 1, q == 1 || q == 3) << p;
+    }
+  }
+  // A hash worth the name spreads the ports: about half of 36,280 for two of four queues.
+  EXPECT_GT(picked.size(), 36280u * 45 / 100);
+  EXPECT_LT(picked.size(), 36280u * 55 / 100);
+}
+
+// Workers owning different queues get disjoint ports that together cover the space: no
+// shared allocator is needed.
+TEST(RssPortsTest, WorkersWithDifferentQueuesShareNoPort) {
+  const RssTable rss = FourQueues();
+  const std::vector<PortRange> ranges = {{20000, 29999}};
+  std::set<uint16_t> all;
+  size_t total = 0;
+  for (uint32_t q = 0; q < 4; ++q) {
+    const uint32_t mine[] = {q};
+    const auto ports = PortsLandingOn(rss, mine, Ip("10.0.0.1"), Ip("10.0.0.2"), 443, ranges);
+    EXPECT_GT(ports.size(), 2000u) << q;
+    total += ports.size();
+    all.insert(ports.begin(), ports.end());
+  }
+  EXPECT_EQ(total, 10000u);
+  EXPECT_EQ(all.size(), 10000u);
+  // The backend is part of the hash: another backend gets another set.
+  const uint32_t zero[] = {0};
+  EXPECT_NE(PortsLandingOn(rss, zero, Ip("10.0.0.1"), Ip("10.0.0.2"), 443, ranges),
+            PortsLandingOn(rss, zero, Ip("10.0.0.1"), Ip("10.0.0.3"), 443, ranges));
+  EXPECT_TRUE(PortsLandingOn(rss, {}, Ip("10.0.0.1"), Ip("10.0.0.2"), 443, ranges).empty());
+}
+
+TEST(RssPortsTest, WithoutATableWorkersTakeDisjointSlices) {
+  const std::vector<PortRange> ranges = {{100, 104}, {200, 202}};
+  EXPECT_EQ(SliceOfPorts(ranges, 0, 2), (std::vector<uint16_t>{100, 102, 104, 201}));
+  EXPECT_EQ(SliceOfPorts(ranges, 1, 2), (std::vector<uint16_t>{101, 103, 200, 202}));
+  EXPECT_EQ(SliceOfPorts(ranges, 0, 1).size(), 8u);
+  EXPECT_TRUE(SliceOfPorts(ranges, 2, 2).empty());
+}
+
+// An allocator over a picked set hands out those ports only, and keeps its FIFO and
+// generation rules.
+TEST(RssPortsTest, AnAllocatorOverPickedPortsHandsOutOnlyThose) {
+  BackendPorts ports(std::vector<uint16_t>{700, 300, 500, 300});
+  EXPECT_EQ(ports.size(), 3u);
+  std::set<uint16_t> seen;
+  for (int i = 0; i < 3; ++i) seen.insert(ports.Acquire()->port);
+  EXPECT_EQ(seen, (std::set<uint16_t>{300, 500, 700}));
+  EXPECT_FALSE(ports.Acquire());
+  ports.Release(400);  // never ours: ignored
+  EXPECT_FALSE(ports.Acquire());
+  ports.Release(500);
+  const auto again = ports.Acquire();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->port, 500);
+  EXPECT_EQ(again->generation, 2u);
 }
 
 }  // namespace
