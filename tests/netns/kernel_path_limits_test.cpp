@@ -1,7 +1,7 @@
 // KernelPath driven directly in a namespace topology (tests/netns/kernel_path_fixture.h): refused
-// and silent backends, the idle timeout (asleep and busy-polling), the stall timeout, max_connections, running out
-// of descriptors, IPv6 and mixed-family rules, start-up errors, and every descriptor closed at
-// Stop.
+// and silent backends, the idle timeout (asleep and busy-polling), the stall timeout,
+// max_connections, running out of descriptors, IPv6 and mixed-family rules, start-up errors, and
+// every descriptor closed at Stop.
 #include <gtest/gtest.h>
 
 #include "tests/netns/kernel_path_fixture.h"
