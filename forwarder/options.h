@@ -39,7 +39,10 @@ struct Options {
   // --max-connections, for each path; unset: each path's own default (the fast path's lwIP pool,
   // the kernel path's RelayLimits default, which its open-file limit has to allow).
   std::optional<uint32_t> max_connections;
+  // --generic / --native: the fast path's XDP attach mode. Neither: chosen per interface
+  // (generic on veth, native elsewhere, forwarder/link_fit.h), native falling back to generic.
   bool force_generic = false;
+  bool force_native = false;
   // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
   bool tx_checksum_offload = true;
   bool tx_budget = true;

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "os/endpoint.h"
@@ -114,25 +115,6 @@ struct LwipNetifCallbacks {
     return ERR_OK;
   }
 
-  // lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
-  // with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
-  static err_t Input(struct pbuf* p, struct netif* nif) {
-    auto* self = static_cast<LwipNetif*>(nif->state);
-    const auto* eth = static_cast<const uint8_t*>(p->payload);
-    if (p->len <= SIZEOF_ETH_HDR || eth[12] != 0x08 || eth[13] != 0x00) {
-      ++self->stats_.rx_not_ipv4;
-      pbuf_free(p);
-      return ERR_OK;
-    }
-    self->LearnFromSyn(eth, p->len);
-    if (pbuf_remove_header(p, SIZEOF_ETH_HDR) != 0) {
-      ++self->stats_.rx_not_ipv4;
-      pbuf_free(p);
-      return ERR_OK;
-    }
-    return ip4_input(p, nif);  // consumes p
-  }
-
   static void FreeRx(struct pbuf* p) {
     auto* rx = reinterpret_cast<LwipNetif::RxPbuf*>(p);
     rx->port->Release(rx->addr);
@@ -172,8 +154,10 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   auto add = [&](struct netif* nif, in_addr a) {
     ip4_addr_t addr;
     ip4_addr_set_u32(&addr, a.s_addr);
-    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init,
-                  LwipNetifCallbacks::Input) == nullptr) {
+    // Poll strips the Ethernet header and hands lwIP the IPv4 packet (LwipNetif::Input), so
+    // the netif's input function, which lwIP itself never calls under NO_SYS, is ip4_input.
+    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init, ip4_input) ==
+        nullptr) {
       return false;
     }
     netif_set_up(nif);
@@ -213,21 +197,57 @@ void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
   next_hops_.Learn(src, mac, sys_now());
 }
 
+// lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
+// with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
+// The pbuf chain starts at the IP header, which keeps a 64 KiB IP packet (a TSO super-segment,
+// 18 frames) within lwIP's u16 tot_len; the Ethernet header would push it past.
+void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) {
+  XskPort& port = *ports_[port_index];
+  const RxFrame& first = frames[0];
+  stats_.rx_frames += count;
+  ++stats_.rx_packets;
+  size_t ip_bytes = 0;
+  for (uint32_t i = 0; i < count; ++i) ip_bytes += frames[i].len;
+  ip_bytes -= std::min<size_t>(ip_bytes, SIZEOF_ETH_HDR);
+  const bool ipv4 = first.len > SIZEOF_ETH_HDR && first.data[12] == 0x08 && first.data[13] == 0x00;
+  if (!ipv4 || ip_bytes > 0xffff) {
+    ++(ipv4 ? stats_.rx_oversize : stats_.rx_not_ipv4);
+    for (uint32_t i = 0; i < count; ++i) port.Release(frames[i].addr);
+    return;
+  }
+  LearnFromSyn(first.data, first.len);
+  pbuf* head = nullptr;
+  for (uint32_t i = 0; i < count; ++i) {
+    const RxFrame& f = frames[i];
+    const uint32_t skip = i == 0 ? SIZEOF_ETH_HDR : 0;
+    const auto len = static_cast<u16_t>(f.len - skip);
+    RxPbuf& rx = rx_pbufs_[port_index][port.FrameIndex(f.addr)];
+    rx.addr = f.addr;
+    ++rx_pbufs_in_use_;
+    pbuf* p = pbuf_alloced_custom(PBUF_RAW, len, PBUF_REF, &rx.custom, f.data + skip, len);
+    if (head == nullptr) {
+      head = p;
+    } else {
+      pbuf_cat(head, p);  // the chain is at most kMaxRxChain long
+    }
+  }
+  ip4_input(head, netif_.get());  // consumes the chain whatever it decides
+}
+
 uint32_t LwipNetif::Poll(uint32_t budget) {
-  RxFrame frames[64];
+  constexpr uint32_t kBatch = 64;
+  static_assert(kBatch >= kMaxRxChain);
+  RxFrame frames[kBatch];
+  const uint32_t take = std::clamp(budget, kMaxRxChain, kBatch);
   uint32_t total = 0;
   for (size_t k = 0; k < ports_.size(); ++k) {
-    XskPort& port = *ports_[k];
-    const uint32_t n = port.Receive(std::span<RxFrame>(frames, std::min<uint32_t>(budget, 64)));
-    for (uint32_t i = 0; i < n; ++i) {
-      const RxFrame& f = frames[i];
-      RxPbuf& rx = rx_pbufs_[k][port.FrameIndex(f.addr)];
-      rx.addr = f.addr;
-      ++rx_pbufs_in_use_;
-      pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom,
-                                    f.data, static_cast<u16_t>(f.len));
-      ++stats_.rx_frames;
-      netif_->input(p, netif_.get());  // consumes the pbuf whatever it decides
+    const uint32_t n = ports_[k]->Receive(std::span<RxFrame>(frames, take));
+    // Receive hands out whole packets: the last frame of the batch ends one.
+    for (uint32_t i = 0; i < n;) {
+      uint32_t end = i;
+      while (frames[end].more) ++end;
+      Input(k, frames + i, end - i + 1);
+      i = end + 1;
     }
     total += n;
   }
