@@ -169,7 +169,7 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   LinkFacts facts = ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
                                   i.steer->mode() == XdpMode::kGeneric, i.steer->why_generic());
   facts.rx_frame_bytes = RxFrameBytes(pc);
-  facts.rx_chains = first.multi_buffer();
+  facts.chains = first.multi_buffer();
   facts.tx_frame_bytes = first.tx_frame_bytes();
   if (auto fit = CheckLinkFit(facts); !fit) return fit.error();
   for (auto& port : i.ports) {
@@ -228,6 +228,7 @@ void FastPath::Impl::Publish() {
   s.oow_acks_limited = st.oow_acks_limited;
   for (auto& i : ifaces) {
     s.tx_no_neighbor += i->netif->stats().tx_no_neighbor;
+    s.tx_chains += i->netif->stats().tx_chains;
     s.next_hops += i->netif->next_hops().size();
     for (auto& port : i->ports) {
       const FrameAccount f = port->frames();
@@ -522,6 +523,7 @@ std::string FastPathSnapshot::Format() const {
          " rx_frames=" + std::to_string(rx_frames) + " rx_chains=" + std::to_string(rx_chains) +
          " rx_chains_dropped=" + std::to_string(rx_chains_dropped) +
          " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
+         " tx_chains=" + std::to_string(tx_chains) +
          " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
          " tx_no_neighbor=" + std::to_string(tx_no_neighbor) +
          " next_hops=" + std::to_string(next_hops) +

@@ -33,26 +33,24 @@ std::string Fixes(const std::string& ifname, uint32_t max_mtu) {
 
 Result<void> CheckLinkFit(const LinkFacts& link) {
   const bool veth = link.driver == "veth";
-  const auto limit = [](uint32_t frame) { return frame > kEthernetHeader ? frame - kEthernetHeader : 0; };
-  const uint32_t tx_max_mtu = limit(link.tx_frame_bytes);
-  if (link.mtu > tx_max_mtu) {
-    return Error{{},
-                 link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
-                     std::to_string(tx_max_mtu) + " the fast path can send (one packet per " +
-                     std::to_string(link.tx_frame_bytes) +
-                     "-byte AF_XDP TX frame; multi-buffer TX is not implemented); " +
-                     Fixes(link.ifname, tx_max_mtu)};
-  }
-  if (!link.rx_chains) {
-    uint32_t max_mtu = limit(link.rx_frame_bytes);
+  const auto limit = [](uint32_t frame) {
+    return frame > kEthernetHeader ? frame - kEthernetHeader : 0;
+  };
+  // With chains a packet may take up to kMaxRxChain frames either way, above any MTU an IP
+  // packet allows (65535); without, one frame.
+  if (!link.chains) {
+    const uint32_t tx_max_mtu = limit(link.tx_frame_bytes);
+    uint32_t max_mtu = std::min(limit(link.rx_frame_bytes), tx_max_mtu);
     if (veth) max_mtu = std::min(max_mtu, kVethNativeMaxMtu);
     if (link.mtu > max_mtu) {
+      const bool rx = max_mtu < tx_max_mtu;
       return Error{{},
                    link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
-                       std::to_string(max_mtu) + " the fast path can receive (one packet per " +
-                       std::to_string(link.rx_frame_bytes) +
-                       "-byte AF_XDP frame without multi-buffer" +
-                       (veth ? ", and native XDP on veth stops at 3506" : "") + "); " +
+                       std::to_string(max_mtu) + " the fast path can " +
+                       (rx ? "receive" : "send") + " (one packet per " +
+                       std::to_string(rx ? link.rx_frame_bytes : link.tx_frame_bytes) +
+                       "-byte AF_XDP frame with --multi-buffer off" +
+                       (veth && rx ? ", and native XDP on veth stops at 3506" : "") + "); " +
                        Fixes(link.ifname, max_mtu)};
     }
   }
@@ -61,14 +59,14 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
       link.ifname + ": XDP runs in generic mode" +
       (link.why_generic.empty() ? std::string() : " (" + link.why_generic + ")");
   if (veth) {
-    if (link.rx_chains) return {};  // veth's checksums are not verified (CHECKSUM_PARTIAL)
+    if (link.chains) return {};  // veth's checksums are not verified (CHECKSUM_PARTIAL)
     return Error{{},
                  mode +
                      ", where the veth peer keeps its TSO: 64 KiB packets arrive that do not fit "
                      "a " +
                      std::to_string(link.rx_frame_bytes) +
-                     "-byte AF_XDP frame without multi-buffer, and connections would hang; use "
-                     "native mode (--native), or --path kernel"};
+                     "-byte AF_XDP frame with --multi-buffer off, and connections would hang; "
+                     "use multi-buffer, native mode (--native), or --path kernel"};
   }
   if (link.rx_aggregation) {
     return Error{{},
@@ -81,8 +79,8 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
   return {};
 }
 
-bool PreferGenericXdp(const std::string& driver, bool rx_chains) {
-  return driver == "veth" && rx_chains;
+bool PreferGenericXdp(const std::string& driver, bool chains) {
+  return driver == "veth" && chains;
 }
 
 Result<bool> RxAggregationOn(const std::string& ifname) {

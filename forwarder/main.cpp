@@ -98,6 +98,7 @@ int Run(const Options& o) {
     fc.steer.force_generic = o.force_generic;
     fc.steer.allow_generic = !o.force_native;
     fc.choose_xdp_mode = !o.force_generic && !o.force_native;
+    fc.multi_buffer = o.multi_buffer;
     fc.tx_checksum_offload = o.tx_checksum_offload;
     fc.tx_budget = o.tx_budget;
     if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {

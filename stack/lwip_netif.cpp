@@ -9,6 +9,7 @@
 #include "os/endpoint.h"
 
 extern "C" {
+#include "lwip/inet_chksum.h"
 #include "lwip/ip4.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
@@ -34,6 +35,15 @@ uint16_t PseudoHeaderSum(const uint8_t* ip, uint32_t tcp_len) {
   for (int i = 12; i < 20; i += 2) sum += uint32_t{ip[i]} << 8 | ip[i + 1];
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(sum);
+}
+
+constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
+
+void WriteEthernetHeader(uint8_t* d, const MacAddress& to, const MacAddress& from) {
+  std::memcpy(d, to.data(), 6);
+  std::memcpy(d + 6, from.data(), 6);
+  d[12] = 0x08;  // IPv4
+  d[13] = 0x00;
 }
 
 }  // namespace
@@ -80,25 +90,19 @@ struct LwipNetifCallbacks {
       ++self->stats_.tx_oversize;
       return ERR_BUF;
     }
+    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > self->port_.tx_frame_bytes()) {
+      return self->OutputChain(p, *mac);
+    }
     auto frame = self->port_.AllocTx();
     if (!frame) {
       ++self->stats_.tx_pool_empty;
       return ERR_MEM;
     }
-    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > frame->capacity) {
-      self->port_.Release(frame->addr);
-      ++self->stats_.tx_oversize;
-      return ERR_BUF;
-    }
     uint8_t* d = frame->data;
-    std::memcpy(d, mac->data(), 6);
-    std::memcpy(d + 6, c.mac.data(), 6);
-    d[12] = 0x08;  // IPv4
-    d[13] = 0x00;
+    WriteEthernetHeader(d, *mac, c.mac);
     pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
     uint8_t* ip = d + SIZEOF_ETH_HDR;
     const uint32_t ihl = (ip[0] & 0x0fu) * 4;
-    constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
     if (self->port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
         p->tot_len >= ihl + kTcpChecksumAt + 2) {
       // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
@@ -195,6 +199,64 @@ void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
   MacAddress mac;
   std::memcpy(mac.data(), frame + 6, mac.size());
   next_hops_.Learn(src, mac, sys_now());
+}
+
+// A packet longer than one TX frame goes out as a chain of frames (multi-buffer TX, jumbo
+// MTUs). Its TCP checksum is computed here in software: the chains are rare (only above a
+// 4058-byte MTU) and the kernel's completion of a checksum over a multi-buffer packet is newer
+// than 6.18 (selftests for it landed in 2026).
+int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
+  const uint32_t cap = port_.tx_frame_bytes();
+  const uint32_t total = SIZEOF_ETH_HDR + p->tot_len;
+  const uint32_t count = (total + cap - 1) / cap;
+  if (!port_.multi_buffer() || count > kMaxTxChain) {
+    ++stats_.tx_oversize;
+    return ERR_BUF;
+  }
+  TxFrame frames[kMaxTxChain];
+  for (uint32_t i = 0; i < count; ++i) {
+    auto frame = port_.AllocTx();
+    if (!frame) {
+      for (uint32_t k = 0; k < i; ++k) port_.Release(frames[k].addr);
+      ++stats_.tx_pool_empty;
+      return ERR_MEM;
+    }
+    frames[i] = *frame;
+  }
+  const auto* ip = static_cast<const uint8_t*>(p->payload);
+  const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+  uint16_t checksum = 0;
+  const bool fill_checksum = port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
+                             p->len >= ihl && p->tot_len >= ihl + kTcpChecksumAt + 2;
+  if (fill_checksum) {
+    // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off on this netif); lwIP's own
+    // checksum over the TCP part of its pbuf chain fills it in.
+    ip4_addr_t src, dst;
+    std::memcpy(&src.addr, ip + 12, 4);
+    std::memcpy(&dst.addr, ip + 16, 4);
+    pbuf_remove_header(p, ihl);
+    checksum = inet_chksum_pseudo(p, IPPROTO_TCP, p->tot_len, &src, &dst);
+    pbuf_add_header_force(p, ihl);  // back where lwIP left it, whatever the pbuf's type
+  }
+  uint32_t copied = 0;  // of the IP packet
+  for (uint32_t i = 0; i < count; ++i) {
+    uint8_t* d = frames[i].data;
+    uint32_t room = cap;
+    if (i == 0) {
+      WriteEthernetHeader(d, next_hop, config_.mac);
+      d += SIZEOF_ETH_HDR;
+      room -= SIZEOF_ETH_HDR;
+    }
+    const auto len = static_cast<u16_t>(std::min<uint32_t>(room, p->tot_len - copied));
+    pbuf_copy_partial(p, d, len, static_cast<u16_t>(copied));
+    if (i == 0 && fill_checksum) {
+      std::memcpy(d + ihl + kTcpChecksumAt, &checksum, sizeof(checksum));  // network order
+    }
+    copied += len;
+    port_.QueueTx(frames[i].addr, (i == 0 ? SIZEOF_ETH_HDR : 0) + len, i + 1 < count);
+  }
+  stats_.tx_chains += 1;
+  return ERR_OK;
 }
 
 // lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case

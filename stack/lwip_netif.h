@@ -52,6 +52,7 @@ struct NetifStats {
   uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
   uint64_t tx_no_neighbor = 0;  // next hop not resolved yet: same
   uint64_t tx_oversize = 0;
+  uint64_t tx_chains = 0;  // packets longer than a TX frame, sent as a chain of frames
 };
 
 class LwipNetif {
@@ -86,6 +87,8 @@ class LwipNetif {
   bool OnLink(in_addr a) const;
   // A received SYN or SYN-ACK from an on-link peer: its Ethernet source goes into the cache.
   void LearnFromSyn(const uint8_t* frame, size_t len);
+  // Sends a packet longer than one TX frame as a chain of frames (multi-buffer TX).
+  int8_t OutputChain(pbuf* p, const MacAddress& next_hop);  // lwIP's err_t
   // One received packet, its frames in order, into lwIP (or back to the port, if not for it).
   void Input(size_t port_index, const RxFrame* frames, uint32_t count);
 

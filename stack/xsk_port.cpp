@@ -246,7 +246,9 @@ std::optional<TxFrame> XskPort::AllocTx() {
   return TxFrame{addr, area_ + addr, config_.frame_size - tx_metadata_len_};
 }
 
-void XskPort::QueueTx(uint64_t addr, uint32_t len) { pending_tx_.push_back({addr, len, 0}); }
+void XskPort::QueueTx(uint64_t addr, uint32_t len, bool more) {
+  pending_tx_.push_back({addr, len, more ? kXdpPktContd : 0});
+}
 
 void XskPort::QueueTxWithChecksum(uint64_t addr, uint32_t len, uint16_t csum_start,
                                   uint16_t csum_offset) {
@@ -292,6 +294,8 @@ void XskPort::Flush() {
     uint32_t n = static_cast<uint32_t>(pending_tx_.size());
     // reserve() is all-or-nothing: ask for what is free.
     n = std::min(n, xsk_prod_nb_free(&socket_->tx, n));
+    // Whole chains only: the rest of a cut one waits for room with the next flush.
+    while (n > 0 && (pending_tx_[n - 1].options & kXdpPktContd) != 0) --n;
     n = xsk_ring_prod__reserve(&socket_->tx, n, &idx);
     for (uint32_t i = 0; i < n; ++i) {
       xdp_desc* d = xsk_ring_prod__tx_desc(&socket_->tx, idx + i);

@@ -50,8 +50,9 @@ uint32_t RxFrameBytes(const XskPortConfig& config);
 
 // The longest descriptor chain the kernel builds for one packet: MAX_SKB_FRAGS (17 unless the
 // kernel was configured otherwise) fragments and the linear part. A 64 KiB packet takes 18
-// 3840-byte frames.
+// 3840-byte frames. The kernel takes TX chains up to the same length.
 inline constexpr uint32_t kMaxRxChain = 18;
+inline constexpr uint32_t kMaxTxChain = 18;
 
 struct XskStats {
   uint64_t rx_packets = 0, rx_bytes = 0;
@@ -134,8 +135,9 @@ class XskPort {
 
   // A free frame to build an outgoing packet in, or nullopt when the pool is empty.
   std::optional<TxFrame> AllocTx();
-  // Queues a built frame; it goes out on the next Flush.
-  void QueueTx(uint64_t addr, uint32_t len);
+  // Queues a built frame; it goes out on the next Flush. `more`: the packet goes on in the next
+  // frame queued (XDP_PKT_CONTD; multi_buffer() only). Flush submits whole chains only.
+  void QueueTx(uint64_t addr, uint32_t len, bool more = false);
   // The same, asking the kernel (or the device) to complete a checksum: the 16 bits at
   // csum_start + csum_offset, which must hold the pseudo-header sum, become the ones'
   // complement checksum of everything from csum_start on. Only when tx_checksum_offload().

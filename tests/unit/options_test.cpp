@@ -144,6 +144,11 @@ TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
   auto generic = Parse({"--generic"});
   ASSERT_TRUE(generic.ok()) << generic.error().message();
   EXPECT_TRUE(generic->force_generic);
+  EXPECT_TRUE(unset->multi_buffer);
+  auto single = Parse({"--multi-buffer", "off"});
+  ASSERT_TRUE(single.ok()) << single.error().message();
+  EXPECT_FALSE(single->multi_buffer);
+  EXPECT_NE(ErrorOf({"--multi-buffer", "maybe"}).find("expected on or off"), std::string::npos);
   auto both = Parse({"--generic", "--native"});
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.error().message().find("give one XDP attach mode"), std::string::npos)
