@@ -202,9 +202,9 @@ void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
 }
 
 // A packet longer than one TX frame goes out as a chain of frames (multi-buffer TX, jumbo
-// MTUs). Its TCP checksum is computed here in software: the chains are rare (only above a
-// 4058-byte MTU) and the kernel's completion of a checksum over a multi-buffer packet is newer
-// than 6.18 (selftests for it landed in 2026).
+// MTUs). Its TCP checksum is computed here in software: chains only happen above a 4058-byte
+// MTU, and whether 6.18 completes a TX-metadata checksum over a multi-buffer packet was not
+// checked (the kernel's selftests for that case are from late 2026).
 int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
   const uint32_t cap = port_.tx_frame_bytes();
   const uint32_t total = SIZEOF_ETH_HDR + p->tot_len;
@@ -255,7 +255,8 @@ int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
     copied += len;
     port_.QueueTx(frames[i].addr, (i == 0 ? SIZEOF_ETH_HDR : 0) + len, i + 1 < count);
   }
-  stats_.tx_chains += 1;
+  ++stats_.tx_chains;
+  ++stats_.tx_frames;  // packets, as in Output
   return ERR_OK;
 }
 
