@@ -143,25 +143,37 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
                      " the steering program serves; lower them with: ethtool -L " + i.name +
                      " combined N (veth: rx N tx N)"};
   }
-  auto steer = SteerProgram::Attach(i.name, config.steer);
-  if (!steer) return steer.error();
-  i.steer = std::move(*steer);
+  // The sockets first: whether they take chains decides the attach mode and what fits.
   XskPortConfig pc;
   pc.ifname = i.name;
   pc.tx_checksum_offload = config.tx_checksum_offload;
   pc.tx_budget = config.tx_budget;
-  if (auto fit = CheckLinkFit(ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
-                                            i.steer->mode() == XdpMode::kGeneric,
-                                            i.steer->why_generic(), RxFrameBytes(pc)));
-      !fit) {
-    return fit.error();
-  }
+  pc.multi_buffer = config.multi_buffer;
   for (uint32_t q = 0; q < queues; ++q) {
     pc.queue = q;
     auto port = XskPort::Open(pc);
     if (!port) return port.error();
     i.ports.push_back(std::move(*port));
-    if (auto r = i.steer->BindQueue(q, i.ports.back()->fd()); !r) return r.error();
+  }
+  const XskPort& first = *i.ports.front();
+  SteerOptions so = config.steer;
+  auto known_driver = InterfaceDriver(i.name);
+  const std::string driver = known_driver ? *known_driver : std::string();
+  if (config.choose_xdp_mode && PreferGenericXdp(driver, first.multi_buffer())) {
+    so.force_generic = true;
+    so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
+  }
+  auto steer = SteerProgram::Attach(i.name, so);
+  if (!steer) return steer.error();
+  i.steer = std::move(*steer);
+  LinkFacts facts = ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
+                                  i.steer->mode() == XdpMode::kGeneric, i.steer->why_generic());
+  facts.rx_frame_bytes = RxFrameBytes(pc);
+  facts.chains = first.multi_buffer();
+  facts.tx_frame_bytes = first.tx_frame_bytes();
+  if (auto fit = CheckLinkFit(facts); !fit) return fit.error();
+  for (auto& port : i.ports) {
+    if (auto r = i.steer->BindQueue(port->queue(), port->fd()); !r) return r.error();
   }
   LwipNetifConfig& nc = i.netif_config;
   nc.ifindex = i.ifindex;
@@ -216,12 +228,16 @@ void FastPath::Impl::Publish() {
   s.oow_acks_limited = st.oow_acks_limited;
   for (auto& i : ifaces) {
     s.tx_no_neighbor += i->netif->stats().tx_no_neighbor;
+    s.tx_chains += i->netif->stats().tx_chains;
     s.next_hops += i->netif->next_hops().size();
     for (auto& port : i->ports) {
       const FrameAccount f = port->frames();
       s.frames_held += f.held;
       const XskStats x = port->stats();
       s.rx_packets += x.rx_packets;
+      s.rx_frames += x.rx_descriptors;
+      s.rx_chains += x.rx_chains;
+      s.rx_chains_dropped += x.rx_chains_dropped;
       s.rx_by_queue.push_back(QueueRx{i->name, port->queue(), x.rx_packets});
       s.tx_packets += x.tx_packets;
       s.tx_kicks += x.tx_kicks;
@@ -408,10 +424,13 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     std::string addrs = ToString(i->addr);
     for (in_addr a : i->aliases) addrs += "+" + ToString(a);
     const size_t queues = i->ports.size();
-    d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) + ", " +
-         std::to_string(queues) + (queues == 1 ? " RX queue" : " RX queues, all") + " served, " +
-         (i->ports.front()->zero_copy() ? "zero-copy" : "copy mode") + ", " +
-         i->ports.front()->tx_status() + ")";
+    const XskPort& port = *i->ports.front();
+    const bool generic = i->steer->mode() == XdpMode::kGeneric;
+    d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) +
+         (generic ? " (" + i->steer->why_generic() + ")" : "") + ", " + std::to_string(queues) +
+         (queues == 1 ? " RX queue" : " RX queues, all") + " served, " +
+         (port.zero_copy() ? "zero-copy" : "copy mode") +
+         (port.multi_buffer() ? ", multi-buffer RX" : "") + ", " + port.tx_status() + ")";
   }
   d += "; backend ports " + ToString(fp->impl_->backend_ports);
   d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
@@ -501,7 +520,10 @@ std::string FastPathSnapshot::Format() const {
          " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +
          " frames_held=" + std::to_string(frames_held) +
          " rx_packets=" + std::to_string(rx_packets) + RxByQueue() +
+         " rx_frames=" + std::to_string(rx_frames) + " rx_chains=" + std::to_string(rx_chains) +
+         " rx_chains_dropped=" + std::to_string(rx_chains_dropped) +
          " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
+         " tx_chains=" + std::to_string(tx_chains) +
          " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
          " tx_no_neighbor=" + std::to_string(tx_no_neighbor) +
          " next_hops=" + std::to_string(next_hops) +

@@ -28,6 +28,10 @@ struct FastPathConfig {
   PortRange backend_ports;               // automatic: DefaultBackendPorts
   std::vector<in_addr> backend_sources;  // empty: the route's source address
   SteerOptions steer;
+  // Pick each interface's attach mode (forwarder/link_fit.h's PreferGenericXdp) unless the user
+  // gave --generic or --native.
+  bool choose_xdp_mode = true;
+  bool multi_buffer = true;  // XskPortConfig's, for every port
   bool tx_checksum_offload = true;  // XskPortConfig's, for every port
   bool tx_budget = true;
 };
@@ -51,6 +55,10 @@ struct FastPathSnapshot {
   uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
   uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
   uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
+  // Multi-buffer RX: frames received (a chain's count as one each), packets that came as a
+  // chain, and chains dropped for being longer than the kernel's longest (never expected).
+  uint64_t rx_frames = 0, rx_chains = 0, rx_chains_dropped = 0;
+  uint64_t tx_chains = 0;  // packets longer than a TX frame, sent as a chain of frames
   std::vector<QueueRx> rx_by_queue;    // shown as rx_packets.IFNAME.qN=...
   uint64_t tx_checksum_offloaded = 0;  // frames whose TCP checksum the kernel completed
   // Segments lwIP had to keep because their next hop's MAC was unknown (it sends them again),

@@ -17,9 +17,10 @@ namespace xdpfwd {
 namespace {
 
 constexpr uint32_t kEthernetHeader = 14;
-// Native XDP on veth refuses a peer MTU above PAGE_SIZE - XDP_PACKET_HEADROOM (256) -
-// sizeof(skb_shared_info) (320) - ETH_HLEN without an xdp.frags program (veth_xdp_set): 3506
-// with 4 KiB pages, checked on 6.18 (3506 attaches, 3507 is refused).
+// Native XDP on veth hands a program a packet in one buffer up to a peer MTU of PAGE_SIZE -
+// XDP_PACKET_HEADROOM (256) - sizeof(skb_shared_info) (320) - ETH_HLEN: 3506 with 4 KiB pages
+// (veth_xdp_set refuses more for a program without xdp.frags; checked on 6.18). Above it the
+// packet comes in several buffers, which a socket without XDP_USE_SG drops.
 constexpr uint32_t kVethNativeMaxMtu = 3506;
 
 std::string Fixes(const std::string& ifname, uint32_t max_mtu) {
@@ -32,39 +33,54 @@ std::string Fixes(const std::string& ifname, uint32_t max_mtu) {
 
 Result<void> CheckLinkFit(const LinkFacts& link) {
   const bool veth = link.driver == "veth";
-  uint32_t max_mtu =
-      link.rx_frame_bytes > kEthernetHeader ? link.rx_frame_bytes - kEthernetHeader : 0;
-  if (veth) max_mtu = std::min(max_mtu, kVethNativeMaxMtu);
-  if (link.mtu > max_mtu) {
-    return Error{{},
-                 link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
-                     std::to_string(max_mtu) + " the fast path can receive (one packet per " +
-                     std::to_string(link.rx_frame_bytes) +
-                     "-byte AF_XDP frame; multi-buffer is not implemented" +
-                     (veth ? ", and native XDP on veth stops at 3506" : "") + "); " +
-                     Fixes(link.ifname, max_mtu)};
+  const auto limit = [](uint32_t frame) {
+    return frame > kEthernetHeader ? frame - kEthernetHeader : 0;
+  };
+  // With chains a packet may take up to kMaxRxChain frames either way, above any MTU an IP
+  // packet allows (65535); without, one frame.
+  if (!link.chains) {
+    const uint32_t tx_max_mtu = limit(link.tx_frame_bytes);
+    uint32_t max_mtu = std::min(limit(link.rx_frame_bytes), tx_max_mtu);
+    if (veth) max_mtu = std::min(max_mtu, kVethNativeMaxMtu);
+    if (link.mtu > max_mtu) {
+      const bool rx = max_mtu < tx_max_mtu;
+      return Error{{},
+                   link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
+                       std::to_string(max_mtu) + " the fast path can " +
+                       (rx ? "receive" : "send") + " (one packet per " +
+                       std::to_string(rx ? link.rx_frame_bytes : link.tx_frame_bytes) +
+                       "-byte AF_XDP frame with --multi-buffer off" +
+                       (veth && rx ? ", and native XDP on veth stops at 3506" : "") + "); " +
+                       Fixes(link.ifname, max_mtu)};
+    }
   }
   if (!link.generic_xdp) return {};
   const std::string mode =
       link.ifname + ": XDP runs in generic mode" +
       (link.why_generic.empty() ? std::string() : " (" + link.why_generic + ")");
   if (veth) {
+    if (link.chains) return {};  // veth's checksums are not verified (CHECKSUM_PARTIAL)
     return Error{{},
                  mode +
                      ", where the veth peer keeps its TSO: 64 KiB packets arrive that do not fit "
                      "a " +
                      std::to_string(link.rx_frame_bytes) +
-                     "-byte AF_XDP frame (multi-buffer is not implemented), and connections "
-                     "would hang; use native mode (no --generic), or --path kernel"};
+                     "-byte AF_XDP frame with --multi-buffer off, and connections would hang; "
+                     "use multi-buffer, native mode (--native), or --path kernel"};
   }
   if (link.rx_aggregation) {
     return Error{{},
                  mode +
-                     " with GRO/LRO on: aggregated packets above the MTU do not fit an AF_XDP "
-                     "frame (multi-buffer is not implemented); turn them off (ethtool -K " +
+                     " with GRO/LRO on: aggregated packets carry their first segment's TCP "
+                     "checksum, which the fast path verifies on this device, and exceed an "
+                     "AF_XDP frame; turn them off (ethtool -K " +
                      link.ifname + " gro off lro off), use native mode, or --path kernel"};
   }
   return {};
+}
+
+bool PreferGenericXdp(const std::string& driver, bool chains) {
+  return driver == "veth" && chains;
 }
 
 Result<bool> RxAggregationOn(const std::string& ifname) {
@@ -89,14 +105,13 @@ Result<bool> RxAggregationOn(const std::string& ifname) {
 }
 
 LinkFacts ReadLinkFacts(const std::string& ifname, uint32_t mtu, bool generic_xdp,
-                        const std::string& why_generic, uint32_t rx_frame_bytes) {
+                        const std::string& why_generic) {
   LinkFacts f;
   f.ifname = ifname;
   if (auto driver = InterfaceDriver(ifname)) f.driver = *driver;
   f.mtu = mtu;
   f.generic_xdp = generic_xdp;
   f.why_generic = why_generic;
-  f.rx_frame_bytes = rx_frame_bytes;
   if (generic_xdp) {
     auto aggregation = RxAggregationOn(ifname);
     f.rx_aggregation = !aggregation || *aggregation;

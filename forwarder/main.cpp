@@ -96,6 +96,9 @@ int Run(const Options& o) {
     fc.backend_sources = o.backend_sources;
     if (o.flow_capacity) fc.steer.flow_capacity = o.flow_capacity;
     fc.steer.force_generic = o.force_generic;
+    fc.steer.allow_generic = !o.force_native;
+    fc.choose_xdp_mode = !o.force_generic && !o.force_native;
+    fc.multi_buffer = o.multi_buffer;
     fc.tx_checksum_offload = o.tx_checksum_offload;
     fc.tx_budget = o.tx_budget;
     if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {

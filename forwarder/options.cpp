@@ -66,6 +66,12 @@ const char* Usage() {
          "  --flow-capacity N        fast path: client flows steered at once per interface; new\n"
          "                           connections beyond it go to the kernel path (default 131072)\n"
          "  --generic                fast path: attach XDP in generic (SKB) mode\n"
+         "  --native                 fast path: attach XDP in native (driver) mode, no fallback\n"
+         "                           (default: generic on veth, where the peer keeps its TSO and\n"
+         "                           64 KiB segments arrive whole; native elsewhere)\n"
+         "  --multi-buffer on|off    fast path: packets longer than an AF_XDP frame (TSO segments\n"
+         "                           in generic mode, jumbo frames) as descriptor chains\n"
+         "                           (default), or one packet per frame\n"
          "  --tx-checksum offload|software\n"
          "                           fast path: TCP checksums completed by the kernel or the\n"
          "                           device through AF_XDP TX metadata where it allows (default),\n"
@@ -226,6 +232,14 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       o.flow_capacity = *n;
     } else if (a == "--generic") {
       o.force_generic = true;
+    } else if (a == "--native") {
+      o.force_native = true;
+    } else if (a == "--multi-buffer") {
+      XDPFWD_VALUE(v);
+      if (*v != "on" && *v != "off") {
+        return Error{{}, "--multi-buffer: expected on or off, not " + *v};
+      }
+      o.multi_buffer = *v == "on";
     } else if (a == "--tx-checksum") {
       XDPFWD_VALUE(v);
       if (*v != "offload" && *v != "software") {
@@ -272,6 +286,9 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       positional.push_back(a);
     }
 #undef XDPFWD_VALUE
+  }
+  if (o.force_generic && o.force_native) {
+    return Error{{}, "--generic and --native: give one XDP attach mode, or neither (automatic)"};
   }
   if (o.cpus.size() > 1) {
     return Error{{},

@@ -39,7 +39,12 @@ struct Options {
   // --max-connections, for each path; unset: each path's own default (the fast path's lwIP pool,
   // the kernel path's RelayLimits default, which its open-file limit has to allow).
   std::optional<uint32_t> max_connections;
+  // --generic / --native: the fast path's XDP attach mode. Neither: chosen per interface
+  // (generic on veth, native elsewhere, forwarder/link_fit.h), native falling back to generic.
   bool force_generic = false;
+  bool force_native = false;
+  // --multi-buffer off: AF_XDP sockets without XDP_USE_SG (one packet per frame; A/B runs).
+  bool multi_buffer = true;
   // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
   bool tx_checksum_offload = true;
   bool tx_budget = true;

@@ -3,11 +3,13 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "os/endpoint.h"
 
 extern "C" {
+#include "lwip/inet_chksum.h"
 #include "lwip/ip4.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
@@ -33,6 +35,15 @@ uint16_t PseudoHeaderSum(const uint8_t* ip, uint32_t tcp_len) {
   for (int i = 12; i < 20; i += 2) sum += uint32_t{ip[i]} << 8 | ip[i + 1];
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(sum);
+}
+
+constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
+
+void WriteEthernetHeader(uint8_t* d, const MacAddress& to, const MacAddress& from) {
+  std::memcpy(d, to.data(), 6);
+  std::memcpy(d + 6, from.data(), 6);
+  d[12] = 0x08;  // IPv4
+  d[13] = 0x00;
 }
 
 }  // namespace
@@ -79,25 +90,19 @@ struct LwipNetifCallbacks {
       ++self->stats_.tx_oversize;
       return ERR_BUF;
     }
+    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > self->port_.tx_frame_bytes()) {
+      return self->OutputChain(p, *mac);
+    }
     auto frame = self->port_.AllocTx();
     if (!frame) {
       ++self->stats_.tx_pool_empty;
       return ERR_MEM;
     }
-    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > frame->capacity) {
-      self->port_.Release(frame->addr);
-      ++self->stats_.tx_oversize;
-      return ERR_BUF;
-    }
     uint8_t* d = frame->data;
-    std::memcpy(d, mac->data(), 6);
-    std::memcpy(d + 6, c.mac.data(), 6);
-    d[12] = 0x08;  // IPv4
-    d[13] = 0x00;
+    WriteEthernetHeader(d, *mac, c.mac);
     pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
     uint8_t* ip = d + SIZEOF_ETH_HDR;
     const uint32_t ihl = (ip[0] & 0x0fu) * 4;
-    constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
     if (self->port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
         p->tot_len >= ihl + kTcpChecksumAt + 2) {
       // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
@@ -112,25 +117,6 @@ struct LwipNetifCallbacks {
     }
     ++self->stats_.tx_frames;
     return ERR_OK;
-  }
-
-  // lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
-  // with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
-  static err_t Input(struct pbuf* p, struct netif* nif) {
-    auto* self = static_cast<LwipNetif*>(nif->state);
-    const auto* eth = static_cast<const uint8_t*>(p->payload);
-    if (p->len <= SIZEOF_ETH_HDR || eth[12] != 0x08 || eth[13] != 0x00) {
-      ++self->stats_.rx_not_ipv4;
-      pbuf_free(p);
-      return ERR_OK;
-    }
-    self->LearnFromSyn(eth, p->len);
-    if (pbuf_remove_header(p, SIZEOF_ETH_HDR) != 0) {
-      ++self->stats_.rx_not_ipv4;
-      pbuf_free(p);
-      return ERR_OK;
-    }
-    return ip4_input(p, nif);  // consumes p
   }
 
   static void FreeRx(struct pbuf* p) {
@@ -172,8 +158,10 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   auto add = [&](struct netif* nif, in_addr a) {
     ip4_addr_t addr;
     ip4_addr_set_u32(&addr, a.s_addr);
-    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init,
-                  LwipNetifCallbacks::Input) == nullptr) {
+    // Poll strips the Ethernet header and hands lwIP the IPv4 packet (LwipNetif::Input), so
+    // the netif's input function, which lwIP itself never calls under NO_SYS, is ip4_input.
+    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init, ip4_input) ==
+        nullptr) {
       return false;
     }
     netif_set_up(nif);
@@ -213,21 +201,116 @@ void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
   next_hops_.Learn(src, mac, sys_now());
 }
 
+// A packet longer than one TX frame goes out as a chain of frames (multi-buffer TX, jumbo
+// MTUs). Its TCP checksum is computed here in software: chains only happen above a 4058-byte
+// MTU, and whether 6.18 completes a TX-metadata checksum over a multi-buffer packet was not
+// checked (the kernel's selftests for that case are from late 2026).
+int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
+  const uint32_t cap = port_.tx_frame_bytes();
+  const uint32_t total = SIZEOF_ETH_HDR + p->tot_len;
+  const uint32_t count = (total + cap - 1) / cap;
+  if (!port_.multi_buffer() || count > kMaxTxChain) {
+    ++stats_.tx_oversize;
+    return ERR_BUF;
+  }
+  TxFrame frames[kMaxTxChain];
+  for (uint32_t i = 0; i < count; ++i) {
+    auto frame = port_.AllocTx();
+    if (!frame) {
+      for (uint32_t k = 0; k < i; ++k) port_.Release(frames[k].addr);
+      ++stats_.tx_pool_empty;
+      return ERR_MEM;
+    }
+    frames[i] = *frame;
+  }
+  const auto* ip = static_cast<const uint8_t*>(p->payload);
+  const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+  uint16_t checksum = 0;
+  const bool fill_checksum = port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
+                             p->len >= ihl && p->tot_len >= ihl + kTcpChecksumAt + 2;
+  if (fill_checksum) {
+    // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off on this netif); lwIP's own
+    // checksum over the TCP part of its pbuf chain fills it in.
+    ip4_addr_t src, dst;
+    std::memcpy(&src.addr, ip + 12, 4);
+    std::memcpy(&dst.addr, ip + 16, 4);
+    pbuf_remove_header(p, ihl);
+    checksum = inet_chksum_pseudo(p, IPPROTO_TCP, p->tot_len, &src, &dst);
+    pbuf_add_header_force(p, ihl);  // back where lwIP left it, whatever the pbuf's type
+  }
+  uint32_t copied = 0;  // of the IP packet
+  for (uint32_t i = 0; i < count; ++i) {
+    uint8_t* d = frames[i].data;
+    uint32_t room = cap;
+    if (i == 0) {
+      WriteEthernetHeader(d, next_hop, config_.mac);
+      d += SIZEOF_ETH_HDR;
+      room -= SIZEOF_ETH_HDR;
+    }
+    const auto len = static_cast<u16_t>(std::min<uint32_t>(room, p->tot_len - copied));
+    pbuf_copy_partial(p, d, len, static_cast<u16_t>(copied));
+    if (i == 0 && fill_checksum) {
+      std::memcpy(d + ihl + kTcpChecksumAt, &checksum, sizeof(checksum));  // network order
+    }
+    copied += len;
+    port_.QueueTx(frames[i].addr, (i == 0 ? SIZEOF_ETH_HDR : 0) + len, i + 1 < count);
+  }
+  ++stats_.tx_chains;
+  ++stats_.tx_frames;  // packets, as in Output
+  return ERR_OK;
+}
+
+// lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
+// with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
+// The pbuf chain starts at the IP header, which keeps a 64 KiB IP packet (a TSO super-segment,
+// 18 frames) within lwIP's u16 tot_len; the Ethernet header would push it past.
+void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) {
+  XskPort& port = *ports_[port_index];
+  const RxFrame& first = frames[0];
+  stats_.rx_frames += count;
+  ++stats_.rx_packets;
+  size_t ip_bytes = 0;
+  for (uint32_t i = 0; i < count; ++i) ip_bytes += frames[i].len;
+  ip_bytes -= std::min<size_t>(ip_bytes, SIZEOF_ETH_HDR);
+  const bool ipv4 = first.len > SIZEOF_ETH_HDR && first.data[12] == 0x08 && first.data[13] == 0x00;
+  if (!ipv4 || ip_bytes > 0xffff) {
+    ++(ipv4 ? stats_.rx_oversize : stats_.rx_not_ipv4);
+    for (uint32_t i = 0; i < count; ++i) port.Release(frames[i].addr);
+    return;
+  }
+  LearnFromSyn(first.data, first.len);
+  pbuf* head = nullptr;
+  for (uint32_t i = 0; i < count; ++i) {
+    const RxFrame& f = frames[i];
+    const uint32_t skip = i == 0 ? SIZEOF_ETH_HDR : 0;
+    const auto len = static_cast<u16_t>(f.len - skip);
+    RxPbuf& rx = rx_pbufs_[port_index][port.FrameIndex(f.addr)];
+    rx.addr = f.addr;
+    ++rx_pbufs_in_use_;
+    pbuf* p = pbuf_alloced_custom(PBUF_RAW, len, PBUF_REF, &rx.custom, f.data + skip, len);
+    if (head == nullptr) {
+      head = p;
+    } else {
+      pbuf_cat(head, p);  // the chain is at most kMaxRxChain long
+    }
+  }
+  ip4_input(head, netif_.get());  // consumes the chain whatever it decides
+}
+
 uint32_t LwipNetif::Poll(uint32_t budget) {
-  RxFrame frames[64];
+  constexpr uint32_t kBatch = 64;
+  static_assert(kBatch >= kMaxRxChain);
+  RxFrame frames[kBatch];
+  const uint32_t take = std::clamp(budget, kMaxRxChain, kBatch);
   uint32_t total = 0;
   for (size_t k = 0; k < ports_.size(); ++k) {
-    XskPort& port = *ports_[k];
-    const uint32_t n = port.Receive(std::span<RxFrame>(frames, std::min<uint32_t>(budget, 64)));
-    for (uint32_t i = 0; i < n; ++i) {
-      const RxFrame& f = frames[i];
-      RxPbuf& rx = rx_pbufs_[k][port.FrameIndex(f.addr)];
-      rx.addr = f.addr;
-      ++rx_pbufs_in_use_;
-      pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(f.len), PBUF_REF, &rx.custom,
-                                    f.data, static_cast<u16_t>(f.len));
-      ++stats_.rx_frames;
-      netif_->input(p, netif_.get());  // consumes the pbuf whatever it decides
+    const uint32_t n = ports_[k]->Receive(std::span<RxFrame>(frames, take));
+    // Receive hands out whole packets: the last frame of the batch ends one.
+    for (uint32_t i = 0; i < n;) {
+      uint32_t end = i;
+      while (frames[end].more) ++end;
+      Input(k, frames + i, end - i + 1);
+      i = end + 1;
     }
     total += n;
   }

@@ -1,6 +1,7 @@
 // One lwIP netif over the AF_XDP ports of one interface, one port per RX queue. RX is
 // zero-copy: each received frame enters lwIP as a custom pbuf pointing into its port's UMEM,
-// and its free callback gives the frame back to that port. TX goes out through the first port:
+// and its free callback gives the frame back to that port; a packet in a chain of frames
+// (multi-buffer) enters as a chain of such pbufs. TX goes out through the first port:
 // it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; the
 // destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
 #pragma once
@@ -44,11 +45,14 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname);
 
 struct NetifStats {
   uint64_t rx_frames = 0;
+  uint64_t rx_packets = 0;   // whole packets: a chain of frames counts once
   uint64_t rx_not_ipv4 = 0;  // not for lwIP (the steering program should never send these)
+  uint64_t rx_oversize = 0;  // an IP packet above 65535 bytes (lwIP's u16 tot_len): dropped
   uint64_t tx_frames = 0;
   uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
   uint64_t tx_no_neighbor = 0;  // next hop not resolved yet: same
   uint64_t tx_oversize = 0;
+  uint64_t tx_chains = 0;  // packets longer than a TX frame, sent as a chain of frames
 };
 
 class LwipNetif {
@@ -62,7 +66,8 @@ class LwipNetif {
   LwipNetif(const LwipNetif&) = delete;
   LwipNetif& operator=(const LwipNetif&) = delete;
 
-  // Feeds up to `budget` received frames from each port to lwIP; returns how many in all.
+  // Feeds up to `budget` received frames from each port to lwIP, whole packets only (at least
+  // kMaxRxChain, so that the longest chain fits); returns how many frames in all.
   uint32_t Poll(uint32_t budget = 64);
   struct netif* get() {
     return netif_.get();
@@ -82,6 +87,10 @@ class LwipNetif {
   bool OnLink(in_addr a) const;
   // A received SYN or SYN-ACK from an on-link peer: its Ethernet source goes into the cache.
   void LearnFromSyn(const uint8_t* frame, size_t len);
+  // Sends a packet longer than one TX frame as a chain of frames (multi-buffer TX).
+  int8_t OutputChain(pbuf* p, const MacAddress& next_hop);  // lwIP's err_t
+  // One received packet, its frames in order, into lwIP (or back to the port, if not for it).
+  void Input(size_t port_index, const RxFrame* frames, uint32_t count);
 
   std::vector<XskPort*> ports_;
   XskPort& port_;  // ports_[0], the TX port

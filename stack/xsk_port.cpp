@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <xdp/xsk.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -74,8 +75,9 @@ Result<std::unique_ptr<XskPort>> XskPort::Open(const XskPortConfig& config) {
   so.frame_size = config.frame_size;
   so.ring_size = config.ring_size;
   so.tx_metadata = config.tx_checksum_offload;
+  const uint16_t sg = config.multi_buffer ? kXdpUseSg : 0;
   auto bind = [&](uint16_t mode) -> Result<std::unique_ptr<XskSocket>> {
-    so.bind_flags = static_cast<uint16_t>(XDP_USE_NEED_WAKEUP | mode);
+    so.bind_flags = static_cast<uint16_t>(XDP_USE_NEED_WAKEUP | sg | mode);
     // A socket closed just before (a restart) keeps its (device, queue) for a moment: EBUSY.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (;;) {
@@ -98,6 +100,7 @@ Result<std::unique_ptr<XskPort>> XskPort::Open(const XskPortConfig& config) {
   if (!bound) bound = bind(XDP_COPY);
   if (!bound) return bound.error();
   port->socket_ = std::move(*bound);
+  port->multi_buffer_ = config.multi_buffer;
   const XskSocket& xsk = *port->socket_;
   port->tx_metadata_len_ = xsk.tx_metadata_len();
   port->tx_checksum_why_ = xsk.tx_metadata_status();
@@ -171,17 +174,49 @@ void XskPort::RefillFill() {
 
 uint32_t XskPort::Receive(std::span<RxFrame> out) {
   uint32_t idx = 0;
-  const uint32_t n = xsk_ring_cons__peek(&socket_->rx, static_cast<uint32_t>(out.size()), &idx);
+  const uint32_t want = static_cast<uint32_t>(std::min<size_t>(out.size(), config_.ring_size));
+  const uint32_t n = xsk_ring_cons__peek(&socket_->rx, want, &idx);
+  const uint32_t longest = std::min(want, kMaxRxChain);
+  uint32_t consumed = 0;  // descriptors taken off the ring: handed out or dropped
+  uint32_t handed = 0;    // of those, handed out (whole packets only)
+  uint32_t chain = 0;     // frames of the packet being collected, at out[handed...]
   for (uint32_t i = 0; i < n; ++i) {
     const xdp_desc* d = xsk_ring_cons__rx_desc(&socket_->rx, idx + i);
-    out[i] = RxFrame{d->addr, area_ + d->addr, d->len};
-    stats_.rx_bytes += d->len;
+    const bool more = (d->options & kXdpPktContd) != 0;
+    if (dropping_chain_) {
+      pool_.push_back(d->addr & ~uint64_t{config_.frame_size - 1});
+      dropping_chain_ = more;
+      consumed = i + 1;
+      continue;
+    }
+    out[handed + chain] = RxFrame{d->addr, area_ + d->addr, d->len, more};
+    ++chain;
+    if (!more) {
+      for (uint32_t k = handed; k < handed + chain; ++k) stats_.rx_bytes += out[k].len;
+      ++stats_.rx_packets;
+      if (chain > 1) ++stats_.rx_chains;
+      handed += chain;
+      chain = 0;
+      consumed = i + 1;
+    } else if (chain == longest) {
+      // No call could take this chain whole: drop it, and its frames still to come.
+      for (uint32_t k = handed; k < handed + chain; ++k) {
+        pool_.push_back(out[k].addr & ~uint64_t{config_.frame_size - 1});
+      }
+      ++stats_.rx_chains_dropped;
+      chain = 0;
+      dropping_chain_ = true;
+      consumed = i + 1;
+    }
   }
-  if (n > 0) {
-    xsk_ring_cons__release(&socket_->rx, n);
-    in_fill_ -= n;
-    held_ += n;
-    stats_.rx_packets += n;
+  // The unfinished chain at the end (out was full, or the rest of it is not in the ring yet)
+  // goes back to the ring: the next call takes it whole.
+  xsk_ring_cons__cancel(&socket_->rx, n - consumed);
+  if (consumed > 0) {
+    xsk_ring_cons__release(&socket_->rx, consumed);
+    in_fill_ -= consumed;
+    held_ += handed;
+    stats_.rx_descriptors += handed;
   }
   // Only drivers in zero-copy mode set this; copy mode receives in the kernel's softirq.
   if (xsk_ring_prod__needs_wakeup(&socket_->fill)) {
@@ -189,7 +224,7 @@ uint32_t XskPort::Receive(std::span<RxFrame> out) {
     ++stats_.rx_wakeups;
     recvfrom(fd(), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
   }
-  return n;
+  return handed;
 }
 
 void XskPort::Release(uint64_t addr) {
@@ -211,7 +246,9 @@ std::optional<TxFrame> XskPort::AllocTx() {
   return TxFrame{addr, area_ + addr, config_.frame_size - tx_metadata_len_};
 }
 
-void XskPort::QueueTx(uint64_t addr, uint32_t len) { pending_tx_.push_back({addr, len, 0}); }
+void XskPort::QueueTx(uint64_t addr, uint32_t len, bool more) {
+  pending_tx_.push_back({addr, len, more ? kXdpPktContd : 0});
+}
 
 void XskPort::QueueTxWithChecksum(uint64_t addr, uint32_t len, uint16_t csum_start,
                                   uint16_t csum_offset) {
@@ -257,6 +294,8 @@ void XskPort::Flush() {
     uint32_t n = static_cast<uint32_t>(pending_tx_.size());
     // reserve() is all-or-nothing: ask for what is free.
     n = std::min(n, xsk_prod_nb_free(&socket_->tx, n));
+    // Whole chains only: the rest of a cut one waits for room with the next flush.
+    while (n > 0 && (pending_tx_[n - 1].options & kXdpPktContd) != 0) --n;
     n = xsk_ring_prod__reserve(&socket_->tx, n, &idx);
     for (uint32_t i = 0; i < n; ++i) {
       xdp_desc* d = xsk_ring_prod__tx_desc(&socket_->tx, idx + i);

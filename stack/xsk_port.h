@@ -28,6 +28,9 @@ struct XskPortConfig {
   // backed off past 5 s; 4096 held all 100,000 (one run; drops 92,000).
   uint32_t ring_size = 4096;
   bool try_zero_copy = true;  // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
+  // Bind with XDP_USE_SG: a packet longer than a frame (a TSO super-segment in generic mode, a
+  // jumbo frame) arrives as a chain of descriptors instead of being dropped by the kernel.
+  bool multi_buffer = true;
   bool busy_poll = true;      // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
   uint32_t busy_poll_usecs = 20;
   uint32_t busy_poll_budget = 64;
@@ -45,8 +48,19 @@ struct XskPortConfig {
 // without multi-buffer (counted in XDP_STATISTICS' rx_dropped).
 uint32_t RxFrameBytes(const XskPortConfig& config);
 
+// The longest descriptor chain the kernel builds for one packet: MAX_SKB_FRAGS (17 unless the
+// kernel was configured otherwise) fragments and the linear part. A 64 KiB packet takes 18
+// 3840-byte frames. The kernel takes TX chains up to the same length.
+inline constexpr uint32_t kMaxRxChain = 18;
+inline constexpr uint32_t kMaxTxChain = 18;
+
 struct XskStats {
   uint64_t rx_packets = 0, rx_bytes = 0;
+  uint64_t rx_descriptors = 0;  // frames received: rx_packets plus the chains' further frames
+  uint64_t rx_chains = 0;       // packets that came in more than one frame
+  // Chains longer than a Receive call could take (more than kMaxRxChain, or than its `out`):
+  // dropped whole, never handed out in part.
+  uint64_t rx_chains_dropped = 0;
   uint64_t tx_packets = 0, tx_bytes = 0;
   uint64_t tx_kicks = 0;               // sendto() calls that woke the TX path (syscalls)
   uint64_t tx_kick_retries = 0;        // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
@@ -70,9 +84,10 @@ struct FrameAccount {
 };
 
 struct RxFrame {
-  uint64_t addr;  // UMEM offset: give it back with ReleaseRx
+  uint64_t addr;  // UMEM offset: give it back with Release
   uint8_t* data;
   uint32_t len;
+  bool more;  // the packet goes on in the next frame (XDP_PKT_CONTD)
 };
 
 struct TxFrame {
@@ -96,24 +111,33 @@ class XskPort {
   uint32_t queue() const { return config_.queue; }
   // One line on what busy polling does here ("on: 20 us, budget 64" or why not).
   const std::string& busy_poll_status() const { return busy_poll_status_; }
+  // Bound with XDP_USE_SG: packets longer than a frame arrive as chains.
+  bool multi_buffer() const { return multi_buffer_; }
   // TX checksum offload through TX metadata is available: QueueTxWithChecksum may be used.
   bool tx_checksum_offload() const { return tx_metadata_len_ != 0; }
+  // The longest packet (Ethernet header included) one TX frame holds: the frame less its TX
+  // metadata.
+  uint32_t tx_frame_bytes() const { return config_.frame_size - tx_metadata_len_; }
   // Frames one copy-mode sendto() sends at most (the kernel's 32 unless raised).
   uint32_t tx_budget() const { return tx_budget_; }
   // One line for the ready line: "TX checksum offload, 4096 frames per kick" or what is off
   // and why.
   std::string tx_status() const;
 
-  // Takes up to out.size() received frames; the caller owns them until ReleaseRx. No syscall
-  // unless the kernel asked for a fill-ring wakeup.
+  // Takes up to out.size() received frames, whole packets only: a packet is its frames up to
+  // the first with more == false. A chain that does not fit in what is left of `out` stays in
+  // the RX ring for the next call; one longer than out.size() (or kMaxRxChain) is dropped and
+  // counted. The caller owns the frames until Release. No syscall unless the kernel asked for a
+  // fill-ring wakeup.
   uint32_t Receive(std::span<RxFrame> out);
   // Gives a received frame (or an unused TX frame) back; the fill ring is topped up in batches.
   void Release(uint64_t addr);
 
   // A free frame to build an outgoing packet in, or nullopt when the pool is empty.
   std::optional<TxFrame> AllocTx();
-  // Queues a built frame; it goes out on the next Flush.
-  void QueueTx(uint64_t addr, uint32_t len);
+  // Queues a built frame; it goes out on the next Flush. `more`: the packet goes on in the next
+  // frame queued (XDP_PKT_CONTD; multi_buffer() only). Flush submits whole chains only.
+  void QueueTx(uint64_t addr, uint32_t len, bool more = false);
   // The same, asking the kernel (or the device) to complete a checksum: the 16 bits at
   // csum_start + csum_offset, which must hold the pseudo-header sum, become the ones'
   // complement checksum of everything from csum_start on. Only when tx_checksum_offload().
@@ -148,6 +172,8 @@ class XskPort {
   uint8_t* area_ = nullptr;
   size_t area_size_ = 0;
   bool zero_copy_ = false;
+  bool multi_buffer_ = false;
+  bool dropping_chain_ = false;  // the rest of a chain too long to hand out is being dropped
   std::string busy_poll_status_;
   uint32_t tx_metadata_len_ = 0;  // bytes in front of each TX frame's data
   uint32_t tx_budget_ = 32;

@@ -3,7 +3,13 @@
  * packet of a known flow go to the AF_XDP socket of the rx queue they arrived
  * on (userspace binds one on every queue); everything
  * else passes to the kernel. Nothing is ever dropped. Each decision is counted
- * per CPU under a stable reason code. */
+ * per CPU under a stable reason code.
+ *
+ * It is an xdp.frags program: a packet may come in several buffers (a TSO
+ * super-segment in generic mode, a jumbo frame in native mode), and the
+ * AF_XDP socket receives it as a chain of descriptors. The headers are read
+ * from the first buffer, or copied out of the packet where that buffer is
+ * shorter than they are. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -85,15 +91,46 @@ struct hdr_cursor {
 	void *end;
 };
 
+/* Ethernet, IPv4 without options and TCP without options: all the program
+ * reads (TCP options are only measured). Two bytes of padding in front put
+ * the IPv4 and TCP headers on 4-byte boundaries: the verifier refuses
+ * misaligned stack reads. */
+struct packet_head {
+	__u8 pad[2];
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct tcphdr tcp;
+};
+
+#define HEAD_BYTES (sizeof(struct packet_head) - 2)
+
 static __always_inline int decide(struct xdp_md *ctx, __u32 reason, int action)
 {
 	struct steer_counter *c = bpf_map_lookup_elem(&steer_counters, &reason);
 
 	if (c) {
 		c->packets += 1;
-		c->bytes += ctx->data_end - ctx->data;
+		c->bytes += bpf_xdp_get_buff_len(ctx);
 	}
 	return action;
+}
+
+/* Points the cursor at the headers: in the packet's first buffer where they
+ * fit there (always, for a packet in one buffer), else at a copy in `head`.
+ * A packet shorter than the headers keeps the first buffer and fails the
+ * parse as truncated. */
+static __always_inline void head_cursor(struct xdp_md *ctx,
+					struct hdr_cursor *c,
+					struct packet_head *head, __u64 pkt_len)
+{
+	c->pos = (void *)(long)ctx->data;
+	c->end = (void *)(long)ctx->data_end;
+	if (c->pos + HEAD_BYTES <= c->end || pkt_len < HEAD_BYTES)
+		return;
+	if (bpf_xdp_load_bytes(ctx, 0, &head->eth, HEAD_BYTES) == 0) {
+		c->pos = &head->eth;
+		c->end = head + 1;
+	}
 }
 
 static __always_inline struct ethhdr *parse_eth(struct hdr_cursor *c)
@@ -205,11 +242,12 @@ static __always_inline int redirect_known_flow(struct xdp_md *ctx, __u32 owner)
 	return decide(ctx, reason, XDP_REDIRECT);
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int xdpfwd_steer(struct xdp_md *ctx)
 {
-	struct hdr_cursor c = {.pos = (void *)(long)ctx->data,
-			       .end = (void *)(long)ctx->data_end};
+	__u64 pkt_len = bpf_xdp_get_buff_len(ctx); /* every buffer */
+	struct packet_head head;
+	struct hdr_cursor c;
 	struct steer_flow_key key = {};
 	struct steer_listener *listener;
 	struct steer_flow *existing;
@@ -221,6 +259,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	int action;
 	long err;
 
+	head_cursor(ctx, &c, &head, pkt_len);
 	eth = parse_eth(&c);
 	if (!eth)
 		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
@@ -240,13 +279,16 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	tcp = parse_tcp(&c);
 	if (!tcp)
 		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
+	/* Lengths are checked against the whole packet, every buffer of it:
+	 * the TCP options and the payload may lie beyond the first. */
 	tcp_hlen = tcp->doff * 4;
-	if (tcp_hlen < sizeof(*tcp) || (void *)tcp + tcp_hlen > c.end)
+	if (tcp_hlen < sizeof(*tcp) ||
+	    sizeof(*eth) + sizeof(*ip) + tcp_hlen > pkt_len)
 		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
-	/* The IP total length must cover the headers and fit in the frame
+	/* The IP total length must cover the headers and fit in the packet
 	 * (which may carry Ethernet padding beyond it). */
 	if (bpf_ntohs(ip->tot_len) < sizeof(*ip) + tcp_hlen ||
-	    (void *)ip + bpf_ntohs(ip->tot_len) > c.end)
+	    sizeof(*eth) + bpf_ntohs(ip->tot_len) > pkt_len)
 		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
 
 	key.saddr = ip->saddr;

@@ -410,7 +410,8 @@ Result<void> SteerProgram::AttachTo(const std::string& ifname) {
       return Error{{}, ifname + ": native XDP attach failed: " + why_not_native};
     }
   } else {
-    why_not_native = "generic mode requested";
+    why_not_native =
+        options_.generic_reason.empty() ? "generic mode requested" : options_.generic_reason;
   }
 
   messages.clear();
@@ -429,8 +430,10 @@ Result<void> SteerProgram::AttachTo(const std::string& ifname) {
   why_generic_ =
       options_.force_generic ? why_not_native : "native attach failed: " + why_not_native;
   attached_ = true;
-  Log(ifname +
-      ": XDP attached in generic (SKB) mode because native mode failed: " + why_not_native);
+  if (!options_.force_generic) {
+    Log(ifname + ": XDP attached in generic (SKB) mode because native mode failed: " +
+        why_not_native);
+  }
   return {};
 }
 

@@ -54,6 +54,9 @@ struct SteerOptions {
   bool check_kernel_sockets = true;
   bool allow_generic = true;   // fall back to generic (SKB) mode when native attach fails
   bool force_generic = false;  // skip native mode
+  // Why generic mode was chosen (force_generic), for the log and why_generic(); empty: the user
+  // asked for it.
+  std::string generic_reason;
 };
 
 class SteerProgram final : public FlowTable {

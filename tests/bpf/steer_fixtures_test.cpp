@@ -169,6 +169,25 @@ TEST_F(SteerFixtureTest, DataOfKnownFlowRedirects) {
          XDP_REDIRECT, SteerReason::kRedirectFlow);
 }
 
+// A packet longer than a page: BPF_PROG_TEST_RUN hands an xdp.frags program the rest in
+// fragments, as veth and generic mode hand it a jumbo frame or a TSO segment. The lengths are
+// checked against the whole packet, and the counter counts every byte of it.
+TEST_F(SteerFixtureTest, MultiBufferPacketOfKnownFlowRedirects) {
+  BindSocket();
+  Expect(Syn(40002), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  const auto segment = Packet()
+                           .Eth()
+                           .IPv4(kClient, kListen)
+                           .Tcp(40002, kListenPort, kAck)
+                           .Payload(std::vector<uint8_t>(20000, 0x42))
+                           .Build();
+  Expect(segment, XDP_REDIRECT, SteerReason::kRedirectFlow);
+  // An IP total length beyond the last fragment is malformed all the same.
+  auto cut = segment;
+  cut.resize(cut.size() - 1);
+  Expect(cut, XDP_PASS, SteerReason::kPassMalformed);
+}
+
 TEST_F(SteerFixtureTest, ReturnTrafficOfBackendFlowRedirects) {
   BindSocket();
   // The worker inserts the backend leg (as the backend's packets arrive) before its SYN.

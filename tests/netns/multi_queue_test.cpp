@@ -118,11 +118,19 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   EXPECT_EQ(ForwarderProcess::Get(stats, "kernel.accepted"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.backend_timeout"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(stats, "steer.pass_no_socket"), 0u);
-  // Both queues of both interfaces carried packets: client flows and backend return traffic.
+  // Every queue of both interfaces carried packets: client flows and backend return traffic.
+  // Except, in generic mode (the default on veth), the last one: generic XDP sees the queue
+  // the skb recorded, and veth leaves the sender's TX queue k in it, read back as k - 1 (k = 0:
+  // none recorded, queue 0). Every socket still serves what reaches it (the checks above).
+  const bool generic = fwd.output().find("XDP generic") != std::string::npos;
   for (const std::string& ifname : {topo_.client_side_if(), topo_.server_side_if()}) {
     for (int q = 0; q < queues(); ++q) {
       const std::string key = "fast.rx_packets." + ifname + ".q" + std::to_string(q);
-      EXPECT_GT(ForwarderProcess::Get(stats, key), 0u) << key;
+      if (generic && q == queues() - 1) {
+        EXPECT_EQ(ForwarderProcess::Get(stats, key), 0u) << key;
+      } else {
+        EXPECT_GT(ForwarderProcess::Get(stats, key), 0u) << key;
+      }
     }
   }
 

@@ -133,6 +133,28 @@ TEST(CpusOption, ErrorsNameTheOptionAndTheFault) {
   EXPECT_NE(std::string(Usage()).find("--cpus LIST"), std::string::npos);
 }
 
+TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset.ok()) << unset.error().message();
+  EXPECT_FALSE(unset->force_generic);
+  EXPECT_FALSE(unset->force_native);
+  auto native = Parse({"--native"});
+  ASSERT_TRUE(native.ok()) << native.error().message();
+  EXPECT_TRUE(native->force_native);
+  auto generic = Parse({"--generic"});
+  ASSERT_TRUE(generic.ok()) << generic.error().message();
+  EXPECT_TRUE(generic->force_generic);
+  EXPECT_TRUE(unset->multi_buffer);
+  auto single = Parse({"--multi-buffer", "off"});
+  ASSERT_TRUE(single.ok()) << single.error().message();
+  EXPECT_FALSE(single->multi_buffer);
+  EXPECT_NE(ErrorOf({"--multi-buffer", "maybe"}).find("expected on or off"), std::string::npos);
+  auto both = Parse({"--generic", "--native"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.error().message().find("give one XDP attach mode"), std::string::npos)
+      << both.error().message();
+}
+
 TEST(StallTimeoutOption, DefaultTwoMinutesZeroTurnsItOff) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
