@@ -117,6 +117,15 @@
 #define TCP_RTO_INITIAL_MS 1000
 #define TCP_RTO_MIN_MS 200
 #define TCP_RTO_MAX_MS 60000
+/* Congestion control: RFC 6928's initial window of ten segments (as Linux; lwIP's is three, our
+ * patch 0017 makes it settable) and CUBIC (RFC 9438, our patch 0018) instead of Reno. With the
+ * relay's sub-millisecond round trips CUBIC stays in its Reno-friendly region: a loss costs 30%
+ * of the window instead of 50%, regained at 0.53 segments per round trip instead of one, which
+ * is Reno's average window (measured: no change to the loss benchmark). docs/stack.md,
+ * "Congestion control". */
+#define LWIP_TCP_CALC_INITIAL_CWND(mss) \
+  ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
+#define TCP_CUBIC 1
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000
