@@ -226,6 +226,7 @@ void FastPath::Impl::Publish() {
   s.closing_flows = st.closing_flows;
   s.oow_acks = st.oow_acks;
   s.oow_acks_limited = st.oow_acks_limited;
+  s.ooseq_dropped = st.ooseq_dropped;
   for (auto& i : ifaces) {
     s.tx_no_neighbor += i->netif->stats().tx_no_neighbor;
     s.tx_chains += i->netif->stats().tx_chains;
@@ -535,6 +536,7 @@ std::string FastPathSnapshot::Format() const {
          " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +
          " oow_acks=" + std::to_string(oow_acks) +
          " oow_acks_limited=" + std::to_string(oow_acks_limited) +
+         " ooseq_dropped=" + std::to_string(ooseq_dropped) +
          " worker_busy_ns=" + std::to_string(worker_busy_ns) +
          " worker_iterations=" + std::to_string(worker_iterations) +
          " worker_minor_faults=" + std::to_string(minor_faults) +

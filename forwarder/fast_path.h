@@ -72,6 +72,7 @@ struct FastPathSnapshot {
   uint64_t worker_iterations = 0;  // all iterations, busy or idle (cumulative)
   uint64_t lwip_retransmits = 0, lwip_drops = 0, lwip_pool_errors = 0;
   uint64_t oow_acks = 0, oow_acks_limited = 0;  // RelayState's: storms of spoofed segments
+  uint64_t ooseq_dropped = 0;                   // RelayState's: holes left by peers
   std::string Format() const;
   std::string RxByQueue() const;  // " rx_packets.veth-c.q0=12 rx_packets.veth-c.q1=7"
 };

@@ -50,18 +50,22 @@ class PbufQueue {
   size_t head_ = 0;
 };
 
-bool HoldsUmem(const pbuf* p) {
+// UMEM frames (custom pbufs), and the pbuf pool that lwIP's out-of-order queues copy into
+// (patch 0022): both are shared by every connection.
+bool HoldsSharedPool(const pbuf* p) {
   for (; p != nullptr; p = p->next) {
     if (p->flags & PBUF_FLAG_IS_CUSTOM) return true;
+    if (pbuf_match_allocsrc(p, PBUF_POOL)) return true;
   }
   return false;
 }
 
-// Data that cannot go out at once is copied out of its UMEM frames into lwIP's heap, so a slow
-// reader holds heap (bounded by its window) and never the frames every connection receives into.
-// If the heap is exhausted the frames are kept: slower for everyone, but nothing is lost.
+// Data that cannot go out at once is copied out of its UMEM frames (or pool pbufs) into lwIP's
+// heap, so a slow reader holds heap (bounded by its window) and never the frames every
+// connection receives into. If the heap is exhausted the frames are kept: slower for everyone,
+// but nothing is lost.
 pbuf* Compact(pbuf* p) {
-  if (!HoldsUmem(p)) return p;
+  if (!HoldsSharedPool(p)) return p;
   pbuf* copy = pbuf_clone(PBUF_RAW, PBUF_RAM, p);
   if (copy == nullptr) return p;
   pbuf_free(p);
@@ -563,6 +567,7 @@ RelayState Relay::state() const {
   s.backend_ports_in_use = ledger_.backend_ports_in_use();
   s.oow_acks = tcp_oow_acks_sent;
   s.oow_acks_limited = tcp_oow_acks_limited;
+  s.ooseq_dropped = tcp_ooseq_dropped;
   return s;
 }
 

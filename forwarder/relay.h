@@ -45,6 +45,9 @@ struct RelayState {
   // lwIP's answers to unacceptable segments (spoofed RSTs and SYNs, bare segments outside the
   // window), sent and skipped by its per-connection rate limit (our lwIP patch 0020).
   uint64_t oow_acks = 0, oow_acks_limited = 0;
+  // Segments lwIP did not queue out of order: their connection was at its limit, or the pool
+  // that holds all out-of-order data was empty (patch 0022). Their peers send them again.
+  uint64_t ooseq_dropped = 0;
 };
 
 class Relay {

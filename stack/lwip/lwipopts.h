@@ -50,8 +50,21 @@
 /* Not a heap any more (MEM_LIBC_MALLOC); above 64000 it makes mem_size_t (byte counts) 32 bits. */
 #define MEM_SIZE (64 * 1024 * 1024)
 #define MEMP_NUM_PBUF 8192           /* PBUF_REF/ROM: zero-copy tcp_write of received data */
-#define PBUF_POOL_SIZE 256           /* RX uses custom pbufs over UMEM frames instead */
+/* RX uses custom pbufs over UMEM frames; the pbuf pool holds only out-of-order data, copied out
+ * of those frames (patch 0022) so that a hole a peer never fills pins no frame. The pool is the
+ * bound on all out-of-order data: 32768 x 2 KiB, carved on first use (patch 0002). A segment
+ * that finds it empty is dropped (and resent by its peer), never queued in its frame. */
+#define PBUF_POOL_SIZE 32768
 #define PBUF_POOL_BUFSIZE 2048
+#define TCP_OOSEQ_COPY_EXTERNAL 1
+/* One pcb's share of that pool: a whole window (TCP_WND) of full-sized segments at MTU 1500
+ * (718, a buffer each), so an honest sender never loses queued data to it (a limit of 256 made
+ * the wire tests' 400-segment flights resend what lay above 256); what it bounds is a window
+ * cut into small segments. 42 pcbs at the limit fill the pool. */
+#define TCP_OOSEQ_MAX_PBUFS 768
+/* lwIP's answer to an empty pool is to drop every pcb's out-of-order queue (data already
+ * SACKed, so peers wait for their RTO); with NO_SYS the application would have to run it. */
+#define PBUF_POOL_FREE_OOSEQ 0
 /* Received frames enter lwIP as custom pbufs over UMEM (zero-copy) and go back to the port's
  * pool from their free callback. lwIP only turns this on by itself for IP fragmentation. */
 #define LWIP_SUPPORT_CUSTOM_PBUF 1
@@ -61,7 +74,9 @@
  * the peak number of connections, not this number. */
 #define MEMP_NUM_TCP_PCB (2 * 131072 + 1024)
 #define MEMP_NUM_TCP_PCB_LISTEN 64
-#define MEMP_NUM_TCP_SEG 32768       /* one pool shared by every connection's queues */
+/* One pool shared by every connection's queues: send queues, plus one per out-of-order segment
+ * (at most PBUF_POOL_SIZE of those), so out-of-order data cannot starve the send queues. */
+#define MEMP_NUM_TCP_SEG (32768 + PBUF_POOL_SIZE)
 #define MEMP_NUM_SYS_TIMEOUT 8
 #define MEMP_NUM_REASSDATA 0
 #define MEMP_NUM_FRAG_PBUF 0
@@ -102,6 +117,15 @@
 #define TCP_RTO_INITIAL_MS 1000
 #define TCP_RTO_MIN_MS 200
 #define TCP_RTO_MAX_MS 60000
+/* Congestion control: RFC 6928's initial window of ten segments (as Linux; lwIP's is three, our
+ * patch 0017 makes it settable) and CUBIC (RFC 9438, our patch 0018) instead of Reno. With the
+ * relay's sub-millisecond round trips CUBIC stays in its Reno-friendly region: a loss costs 30%
+ * of the window instead of 50%, regained at 0.53 segments per round trip instead of one, which
+ * is Reno's average window (measured: no change to the loss benchmark). docs/stack.md,
+ * "Congestion control". */
+#define LWIP_TCP_CALC_INITIAL_CWND(mss) \
+  ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
+#define TCP_CUBIC 1
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000

@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <ostream>
 #include <tuple>
@@ -191,6 +193,11 @@ void LwipWire::Deliver(const WirePacket& packet) {
                   << ", whose peer does not own that address (routing by source failed?)";
     return;
   }
+  if (piece_bytes_ > 0) {
+    ++counters_.delivered;
+    to->input(ExternalChain(packet.bytes), to);
+    return;
+  }
   // A fresh pbuf, as a driver would hand over: lwIP owns and frees it from here.
   struct pbuf* p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(packet.bytes.size()), PBUF_RAM);
   if (p == nullptr) {
@@ -204,6 +211,46 @@ void LwipWire::Deliver(const WirePacket& packet) {
   }
   ++counters_.delivered;
   to->input(p, to);
+}
+
+namespace {
+
+// A piece of a packet in memory lwIP does not own, as a UMEM frame is.
+struct ExternalFrame {
+  struct pbuf_custom custom {};
+  size_t* held = nullptr;
+  std::vector<uint8_t> bytes;
+
+  static void Free(struct pbuf* p) {
+    auto* frame = reinterpret_cast<ExternalFrame*>(p);  // custom is the first member
+    --*frame->held;
+    delete frame;
+  }
+};
+static_assert(offsetof(ExternalFrame, custom) == 0);
+
+}  // namespace
+
+struct pbuf* LwipWire::ExternalChain(const std::vector<uint8_t>& bytes) {
+  struct pbuf* head = nullptr;
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t n = std::min(bytes.size() - at, std::max<size_t>(piece_bytes_, at == 0 ? 64 : 1));
+    auto* frame = new ExternalFrame;
+    frame->held = &frames_held_;
+    frame->bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                        bytes.begin() + static_cast<std::ptrdiff_t>(at + n));
+    frame->custom.custom_free_function = ExternalFrame::Free;
+    struct pbuf* p = pbuf_alloced_custom(PBUF_RAW, static_cast<u16_t>(n), PBUF_REF, &frame->custom,
+                                         frame->bytes.data(), static_cast<u16_t>(n));
+    ++frames_held_;
+    if (head == nullptr) {
+      head = p;
+    } else {
+      pbuf_cat(head, p);
+    }
+    at += n;
+  }
+  return head;
 }
 
 size_t LwipWire::Pump(int max_rounds) {

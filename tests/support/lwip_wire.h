@@ -124,6 +124,13 @@ class LwipWire {
   const WireCounters& counters() const { return counters_; }
   size_t queued() const { return queue_.size(); }
 
+  // Delivers each packet as a chain of custom pbufs over memory the wire owns, as the AF_XDP
+  // netif hands over UMEM frames (multi-buffer packets as chains): pieces of `piece_bytes`
+  // (the first at least 64 bytes, so that the IP and TCP headers are in it, as lwIP needs).
+  // 0: one PBUF_RAM per packet (the default). frames_held() counts pieces lwIP has not freed.
+  void SetExternalFrames(size_t piece_bytes) { piece_bytes_ = piece_bytes; }
+  size_t frames_held() const { return frames_held_; }
+
   // Snapshots of lwIP's pcb lists, head first (lwIP internals, read only).
   static std::vector<const tcp_pcb*> ActivePcbs();
   static std::vector<PcbTuple> ActiveTuples();
@@ -134,6 +141,7 @@ class LwipWire {
   static err_t Output(struct netif* netif, struct pbuf* p, const ip4_addr_t* next_hop);
   static err_t InitNetif(struct netif* netif);
   void Deliver(const WirePacket& packet);
+  struct pbuf* ExternalChain(const std::vector<uint8_t>& bytes);
   void CountRetransmission(const TcpSegment& tcp);
 
   struct netif a_ {
@@ -144,6 +152,8 @@ class LwipWire {
   WireCounters counters_;
   uint64_t ticks_ = 0;
   uint32_t latency_ticks_ = 0;
+  size_t piece_bytes_ = 0;
+  size_t frames_held_ = 0;
   bool in_timer_ = false;  // inside tcp_tmr(): what lwIP sends now, its timer sent
   // Per direction (src, src port, dst, dst port): the ISN and the sequence number after the
   // highest byte sent so far, for counting retransmissions.
