@@ -31,7 +31,7 @@ struct FastPathConfig {
   // Pick each interface's attach mode (forwarder/link_fit.h's PreferGenericXdp) unless the user
   // gave --generic or --native.
   bool choose_xdp_mode = true;
-  bool multi_buffer = true;  // XskPortConfig's, for every port
+  bool multi_buffer = true;         // XskPortConfig's, for every port
   bool tx_checksum_offload = true;  // XskPortConfig's, for every port
   bool tx_budget = true;
 };
@@ -58,7 +58,7 @@ struct FastPathSnapshot {
   // Multi-buffer RX: frames received (a chain's count as one each), packets that came as a
   // chain, and chains dropped for being longer than the kernel's longest (never expected).
   uint64_t rx_frames = 0, rx_chains = 0, rx_chains_dropped = 0;
-  uint64_t tx_chains = 0;  // packets longer than a TX frame, sent as a chain of frames
+  uint64_t tx_chains = 0;              // packets longer than a TX frame, sent as a chain of frames
   std::vector<QueueRx> rx_by_queue;    // shown as rx_packets.IFNAME.qN=...
   uint64_t tx_checksum_offloaded = 0;  // frames whose TCP checksum the kernel completed
   // Segments lwIP had to keep because their next hop's MAC was unknown (it sends them again),

@@ -46,8 +46,8 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
       const bool rx = max_mtu < tx_max_mtu;
       return Error{{},
                    link.ifname + ": MTU " + std::to_string(link.mtu) + " is above the " +
-                       std::to_string(max_mtu) + " the fast path can " +
-                       (rx ? "receive" : "send") + " (one packet per " +
+                       std::to_string(max_mtu) + " the fast path can " + (rx ? "receive" : "send") +
+                       " (one packet per " +
                        std::to_string(rx ? link.rx_frame_bytes : link.tx_frame_bytes) +
                        "-byte AF_XDP frame with --multi-buffer off" +
                        (veth && rx ? ", and native XDP on veth stops at 3506" : "") + "); " +
@@ -79,9 +79,7 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
   return {};
 }
 
-bool PreferGenericXdp(const std::string& driver, bool chains) {
-  return driver == "veth" && chains;
-}
+bool PreferGenericXdp(const std::string& driver, bool chains) { return driver == "veth" && chains; }
 
 Result<bool> RxAggregationOn(const std::string& ifname) {
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -226,8 +226,8 @@ int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
   const auto* ip = static_cast<const uint8_t*>(p->payload);
   const uint32_t ihl = (ip[0] & 0x0fu) * 4;
   uint16_t checksum = 0;
-  const bool fill_checksum = port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
-                             p->len >= ihl && p->tot_len >= ihl + kTcpChecksumAt + 2;
+  const bool fill_checksum = port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP && p->len >= ihl &&
+                             p->tot_len >= ihl + kTcpChecksumAt + 2;
   if (fill_checksum) {
     // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off on this netif); lwIP's own
     // checksum over the TCP part of its pbuf chain fills it in.

@@ -31,7 +31,7 @@ struct XskPortConfig {
   // Bind with XDP_USE_SG: a packet longer than a frame (a TSO super-segment in generic mode, a
   // jumbo frame) arrives as a chain of descriptors instead of being dropped by the kernel.
   bool multi_buffer = true;
-  bool busy_poll = true;      // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
+  bool busy_poll = true;  // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(+_BUDGET) where supported
   uint32_t busy_poll_usecs = 20;
   uint32_t busy_poll_budget = 64;
   // TX checksum offload through AF_XDP TX metadata where the kernel takes it (6.11+): the

@@ -22,7 +22,7 @@ inline constexpr uint64_t kXdpTxmdFlagsChecksum = 1u << 1;  // XDP_TXMD_FLAGS_CH
 inline constexpr int kXdpMaxTxSkbBudget = 9;                // setsockopt, 6.17+
 // Multi-buffer (6.6+): a socket bound with XDP_USE_SG receives a packet longer than a frame as
 // a chain of descriptors, each but the last flagged XDP_PKT_CONTD in xdp_desc.options.
-inline constexpr uint16_t kXdpUseSg = 1u << 4;    // bind flag XDP_USE_SG
+inline constexpr uint16_t kXdpUseSg = 1u << 4;     // bind flag XDP_USE_SG
 inline constexpr uint32_t kXdpPktContd = 1u << 0;  // xdp_desc.options: XDP_PKT_CONTD
 
 // struct xsk_tx_metadata as 6.14+ lays it out (24 bytes; the kernel reads it at

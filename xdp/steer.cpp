@@ -431,8 +431,8 @@ Result<void> SteerProgram::AttachTo(const std::string& ifname) {
       options_.force_generic ? why_not_native : "native attach failed: " + why_not_native;
   attached_ = true;
   if (!options_.force_generic) {
-    Log(ifname + ": XDP attached in generic (SKB) mode because native mode failed: " +
-        why_not_native);
+    Log(ifname +
+        ": XDP attached in generic (SKB) mode because native mode failed: " + why_not_native);
   }
   return {};
 }

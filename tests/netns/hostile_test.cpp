@@ -149,7 +149,9 @@ class HoleyClient {
     const std::vector<uint8_t> payload(size, 0x5a);
     for (int i = first_index; i < first_index + segments; ++i) {
       const uint32_t seq = snd_nxt_ + static_cast<uint32_t>(i) * size;
-      Send(raw, Packet().Eth().IPv4(ToString(topo_.client_addr()), ToString(topo_.client_gw()))
+      Send(raw, Packet()
+                    .Eth()
+                    .IPv4(ToString(topo_.client_addr()), ToString(topo_.client_gw()))
                     .Tcp(local_port_, port_, kAck, seq, rcv_nxt_)
                     .Payload(payload)
                     .Build());
@@ -159,7 +161,9 @@ class HoleyClient {
 
   // An exact reset: the forwarder drops the connection and everything it queued for it.
   void Reset(int raw) const {
-    Send(raw, Packet().Eth().IPv4(ToString(topo_.client_addr()), ToString(topo_.client_gw()))
+    Send(raw, Packet()
+                  .Eth()
+                  .IPv4(ToString(topo_.client_addr()), ToString(topo_.client_gw()))
                   .Tcp(local_port_, port_, kRst, snd_nxt_)
                   .Build());
   }
@@ -329,8 +333,8 @@ TEST_F(HostileTest, HolesWithAWindowOfDataAboveDoNotPinFrames) {
     ASSERT_TRUE(raw) << strerror(errno);
     for (auto& c : holey) c->Reset(raw.get());
   });
-  const Counters after = fwd->WaitForStats(
-      [](const Counters& c) { return Get(c, "fast.active") == 0; }, 10s);
+  const Counters after =
+      fwd->WaitForStats([](const Counters& c) { return Get(c, "fast.active") == 0; }, 10s);
   EXPECT_EQ(Get(after, "fast.active"), 0u) << fwd->output();
   EXPECT_EQ(Get(after, "fast.client_reset"), static_cast<uint64_t>(kClients + 1));
   EXPECT_LE(Get(after, "fast.frames_held"), Get(before, "fast.frames_held"));
@@ -338,11 +342,10 @@ TEST_F(HostileTest, HolesWithAWindowOfDataAboveDoNotPinFrames) {
             << " during=" << Get(during, "fast.frames_held")
             << " bulk=" << Get(served, "fast.frames_held")
             << " after=" << Get(after, "fast.frames_held")
-            << "; ooseq_dropped=" << Get(during, "fast.ooseq_dropped")
-            << " fill_ring_empty during=" << Get(during, "fast.xsk_fill_ring_empty") -
-                                                 Get(before, "fast.xsk_fill_ring_empty")
-            << " bulk=" << Get(served, "fast.xsk_fill_ring_empty") -
-                               Get(during, "fast.xsk_fill_ring_empty")
+            << "; ooseq_dropped=" << Get(during, "fast.ooseq_dropped") << " fill_ring_empty during="
+            << Get(during, "fast.xsk_fill_ring_empty") - Get(before, "fast.xsk_fill_ring_empty")
+            << " bulk="
+            << Get(served, "fast.xsk_fill_ring_empty") - Get(during, "fast.xsk_fill_ring_empty")
             << "\n";
 }
 

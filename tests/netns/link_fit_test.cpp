@@ -107,7 +107,8 @@ TEST_F(LinkFitTest, JumboMtuIsServedByTheFastPathBothWays) {
     EXPECT_EQ(ForwarderProcess::Get(stats, "fast.accepted"), 1u);
     EXPECT_EQ(ForwarderProcess::Get(stats, "fast.xsk_rx_dropped"), 0u);
     EXPECT_GT(ForwarderProcess::Get(stats, "fast.rx_chains"), 0u);
-    EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_chains"), 1000u) << "16 MiB in 8960-byte segments";
+    EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_chains"), 1000u)
+        << "16 MiB in 8960-byte segments";
     EXPECT_EQ(fwd.Stop(), 0) << fwd.output();
   }
 }

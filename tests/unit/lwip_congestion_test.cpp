@@ -39,8 +39,7 @@ class LwipCongestionTest : public LwipWireTest {
     Reduction r;
     bool dropped = false;
     wire_.SetTap([&](const WirePacket& p) {
-      if (FromClient(p) && IsData(p) && client_.pcb != nullptr &&
-          !(client_.pcb->flags & TF_INFR)) {
+      if (FromClient(p) && IsData(p) && client_.pcb != nullptr && !(client_.pcb->flags & TF_INFR)) {
         r.cwnd_before = client_.pcb->cwnd;
       }
     });
@@ -96,8 +95,8 @@ TEST_F(LwipCongestionTest, LossLeavesSevenTenthsOfTheWindow) {
   const Reduction r = LoseOneSegment(4 * kOneWayTicks);
   ASSERT_GT(r.cwnd_before, 0u);
   const double ratio = static_cast<double>(r.ssthresh_after) / r.cwnd_before;
-  EXPECT_NEAR(ratio, 0.7, 0.01) << Segments(r.cwnd_before) << " -> "
-                                << Segments(r.ssthresh_after) << " segments";
+  EXPECT_NEAR(ratio, 0.7, 0.01) << Segments(r.cwnd_before) << " -> " << Segments(r.ssthresh_after)
+                                << " segments";
   // Recovery over: cwnd = ssthresh, and it has grown a little since (the same tick's ACKs).
   EXPECT_GE(client_.pcb->cwnd, r.ssthresh_after);
   EXPECT_LE(client_.pcb->cwnd, r.ssthresh_after + 2 * kMss);

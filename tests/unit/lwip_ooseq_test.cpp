@@ -83,8 +83,8 @@ TEST_F(LwipOoseqTest, OutOfOrderDataLeavesNoFrameHeld) {
   ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 256 * 1024));
   const size_t received = server_.received.size();
   LeaveHole();
-  const QueueShape q =
-      SendAboveHole(64 * kMss, [&] { return OutOfOrderQueue(server_.pcb).segments >= 20; }, 100);
+  const QueueShape q = SendAboveHole(
+      64 * kMss, [&] { return OutOfOrderQueue(server_.pcb).segments >= 20; }, 100);
   ASSERT_GE(q.segments, 20u);
   EXPECT_EQ(server_.received.size(), received);  // nothing passed the hole
   EXPECT_EQ(wire_.frames_held(), 0u) << q.segments << " segments queued out of order";
@@ -115,8 +115,8 @@ TEST_F(LwipOoseqTest, OnePcbsOutOfOrderQueueIsBounded) {
   const size_t above = TCP_OOSEQ_MAX_PBUFS + 200;
   const QueueShape q = SendAboveHole(
       above * kSmallSegment, [&] { return tcp_ooseq_dropped - dropped >= 100; }, 100);
-  ASSERT_GE(tcp_ooseq_dropped - dropped, 100u) << "never reached the limit: " << q.segments
-                                               << " segments queued";
+  ASSERT_GE(tcp_ooseq_dropped - dropped, 100u)
+      << "never reached the limit: " << q.segments << " segments queued";
   EXPECT_LE(q.pbufs, TCP_OOSEQ_MAX_PBUFS);
   EXPECT_GE(q.pbufs, TCP_OOSEQ_MAX_PBUFS - 1);  // a buffer per segment
   EXPECT_EQ(q.pbufs, q.segments);
