@@ -172,17 +172,11 @@ def idle_mem_cell(name, r):
     return f"{total:,.2f} ({r['idle_process_kib_per_conn']:,.2f} + {r['idle_kernel_kib_per_conn']:,.2f})"
 
 
-NS_NAPI_TEXT = {
-    "off": "default (no GRO, a sender's softirq runs the namespace's receive)",
-    "threaded": "GRO and threaded NAPI (the namespace's receive runs in a kernel thread)",
-}
-
-
 def markdown(results, configs, meta):
     out = [f"Run {meta['date']} on {meta['kernel']}, {meta['cpus']} CPUs; forwarder on CPU "
            f"{meta['fwd_cpu']}, load generators on CPU {meta['gen_cpu']}; {meta['seconds']} s per "
-           f"measurement, {meta['rate_seconds']} s per connection-rate order; namespace-side "
-           f"veths: {NS_NAPI_TEXT[meta.get('ns_napi', 'off')]}. Command: `{meta['command']}`", ""]
+           f"measurement, {meta['rate_seconds']} s per connection-rate order. Command: "
+           f"`{meta['command']}`", ""]
     for mtu, by_cfg in results.items():
         shown = [c for c in configs if c.name in by_cfg]
         out += [f"### MTU {mtu}", "",
