@@ -89,6 +89,21 @@ ip_addr_t LwipWire::AddrB() {
 in_addr LwipWire::InAddrA() { return lwip_pcb::ToInAddr(AddrA()); }
 in_addr LwipWire::InAddrB() { return lwip_pcb::ToInAddr(AddrB()); }
 
+tcp_pcb* LwipWire::ListenOnB(uint16_t port, void* arg, tcp_accept_fn accept) {
+  tcp_pcb* pcb = tcp_new();
+  if (pcb == nullptr) return nullptr;
+  const ip_addr_t b = AddrB();
+  if (tcp_bind(pcb, &b, port) != ERR_OK) {
+    tcp_close(pcb);
+    return nullptr;
+  }
+  tcp_pcb* listener = tcp_listen(pcb);  // frees pcb, success or not
+  if (listener == nullptr) return nullptr;
+  tcp_arg(listener, arg);
+  tcp_accept(listener, accept);
+  return listener;
+}
+
 err_t LwipWire::InitNetif(struct netif* netif) {
   netif->name[0] = 'w';
   netif->name[1] = netif == &g_wire->a_ ? 'a' : 'b';

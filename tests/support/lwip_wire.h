@@ -94,6 +94,9 @@ class LwipWire {
   static ip_addr_t AddrB();
   static in_addr InAddrA();
   static in_addr InAddrB();
+  // A pcb listening on B:port that calls accept(arg, ...) for each connection; nullptr if lwIP
+  // could not make one (no pcb, port taken).
+  static tcp_pcb* ListenOnB(uint16_t port, void* arg, tcp_accept_fn accept);
 
   // Delivers queued packets, and what they provoke, until the wire is quiet. Each round takes
   // everything queued so far. More than `max_rounds` rounds is a test failure (a packet storm).

@@ -172,14 +172,8 @@ class RelayWireTest : public ::testing::Test {
     segments_ = SegmentsInUse();
     refs_ = PbufRefsInUse();
     heap_ = HeapInUse();
-    tcp_pcb* pcb = tcp_new();
-    ASSERT_NE(pcb, nullptr);
-    const ip_addr_t b = LwipWire::AddrB();
-    ASSERT_EQ(tcp_bind(pcb, &b, kBackendPort), ERR_OK);
-    backend_listener_ = tcp_listen(pcb);
+    backend_listener_ = LwipWire::ListenOnB(kBackendPort, this, AcceptBackend);
     ASSERT_NE(backend_listener_, nullptr);
-    tcp_arg(backend_listener_, this);
-    tcp_accept(backend_listener_, AcceptBackend);
     wire_.SetTap([this](const WirePacket& p) { Watch(p); });
   }
 

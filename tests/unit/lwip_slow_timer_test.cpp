@@ -33,18 +33,13 @@ class LwipSlowTimerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     pcbs_before_ = PcbsInUse();
-    tcp_pcb* pcb = tcp_new();
-    ASSERT_NE(pcb, nullptr);
-    const ip_addr_t b = LwipWire::AddrB();
-    ASSERT_EQ(tcp_bind(pcb, &b, kServerPort), ERR_OK);
-    listener_ = tcp_listen(pcb);
+    listener_ =
+        LwipWire::ListenOnB(kServerPort, this, [](void* arg, tcp_pcb* accepted, err_t) -> err_t {
+          static_cast<LwipSlowTimerTest*>(arg)
+              ->servers_[lwip_pcb::EndpointsOf(accepted).remote_port] = accepted;
+          return ERR_OK;
+        });
     ASSERT_NE(listener_, nullptr);
-    tcp_arg(listener_, this);
-    tcp_accept(listener_, [](void* arg, tcp_pcb* accepted, err_t) -> err_t {
-      static_cast<LwipSlowTimerTest*>(arg)->servers_[lwip_pcb::EndpointsOf(accepted).remote_port] =
-          accepted;
-      return ERR_OK;
-    });
   }
 
   void TearDown() override {

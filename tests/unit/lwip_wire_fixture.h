@@ -125,14 +125,8 @@ class LwipWireTest : public ::testing::Test {
   void SetUp() override {
     pcbs_before_ = PcbsInUse();
     segs_before_ = SegmentsInUse();
-    tcp_pcb* pcb = tcp_new();
-    ASSERT_NE(pcb, nullptr);
-    const ip_addr_t b = LwipWire::AddrB();
-    ASSERT_EQ(tcp_bind(pcb, &b, kServerPort), ERR_OK);
-    listener_ = tcp_listen(pcb);
+    listener_ = LwipWire::ListenOnB(kServerPort, this, Accept);
     ASSERT_NE(listener_, nullptr);
-    tcp_arg(listener_, this);
-    tcp_accept(listener_, Accept);
   }
 
   void TearDown() override {
