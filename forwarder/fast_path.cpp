@@ -1,9 +1,14 @@
 // Fast-path set-up and lifetime (see fast_path.h): interface discovery from the kernel, XDP per
-// interface and AF_XDP per RX queue, the worker thread that owns lwIP and the relay.
+// interface, the worker processes (fast_path_worker.cpp) and the control thread that watches
+// them.
 #include "forwarder/fast_path.h"
 
 #include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,23 +16,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "forwarder/fast_path_impl.h"
 #include "forwarder/link_fit.h"
-#include "forwarder/relay.h"
 #include "os/clock.h"
+#include "os/cpu_list.h"
 #include "os/log.h"
-#include "stack/lwip_netif.h"
 #include "stack/neighbor.h"
 #include "stack/worker.h"
-#include "stack/xsk_port.h"
+#include "stack/worker_handoff.h"
 
 extern "C" {
-#include "lwip/memp.h"
-#include "lwip/stats.h"
+#include "lwip/opt.h"  // TCP_SYN_RCVD_TIMEOUT
 }
 
 namespace xdpfwd {
@@ -60,54 +63,11 @@ uint32_t RxQueueCount(const std::string& ifname) {
 
 }  // namespace
 
-struct FastPath::Impl {
-  struct Interface {
-    std::string name;
-    int ifindex = 0;
-    in_addr addr{};     // the one address lwIP answers on here
-    in_addr gateway{};  // next hop for destinations that are not on-link (0: all on-link)
-    std::vector<in_addr> aliases;  // more local addresses (--backend-source)
-    std::unique_ptr<SteerProgram> steer;
-    std::vector<std::unique_ptr<XskPort>> ports;  // one per RX queue, index = queue
-    std::unique_ptr<LwipNetif> netif;             // created and destroyed on the worker thread
-    LwipNetifConfig netif_config;
-  };
+namespace {
 
-  FastPathConfig config;
-  std::vector<std::unique_ptr<Interface>> ifaces;
-  std::vector<RelayRule> relay_rules;
-  std::vector<PortRange> backend_ports;
-  std::unique_ptr<Worker> worker;
-  std::thread thread;
-  std::atomic<bool> stop{false};
-  std::unique_ptr<Relay> relay;  // worker thread only
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<bool> snapshot_wanted{false};
-  uint64_t snapshot_seq = 0;     // under mu
-  FastPathSnapshot snapshot;     // under mu
-  std::string final_steer_line;  // the steering counters as they were at Stop
-
-  // The stray-flow reaper: a control thread, so its map scans never stall the worker.
-  std::thread reaper;
-  std::mutex reaper_mu;
-  std::condition_variable reaper_cv;
-  bool reaper_stop = false;  // under reaper_mu
-  std::atomic<uint64_t> stray_flows_reaped{0};
-  void ReapStrays();
-  void CountFlows(FastPathSnapshot& s) const;
-
-  Result<Interface*> GetInterface(const std::string& name, in_addr addr, in_addr gateway);
-  Result<void> OpenInterface(Interface& i);
-  Result<void> WorkerSetup();
-  void WorkerTeardown();
-  void Publish();
-};
-
-Result<FastPath::Impl::Interface*> FastPath::Impl::GetInterface(const std::string& name,
-                                                                in_addr addr, in_addr gateway) {
-  for (auto& i : ifaces) {
+Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name, in_addr addr,
+                                        in_addr gateway) {
+  for (auto& i : impl.ifaces) {
     if (i->name != name) continue;
     if (i->addr.s_addr != addr.s_addr) {
       return Error{
@@ -118,50 +78,61 @@ Result<FastPath::Impl::Interface*> FastPath::Impl::GetInterface(const std::strin
     if (gateway.s_addr != 0) i->gateway = gateway;
     return i.get();
   }
-  auto i = std::make_unique<Interface>();
+  auto i = std::make_unique<FastPathInterface>();
   i->name = name;
   i->addr = addr;
   i->gateway = gateway;
-  ifaces.push_back(std::move(i));
-  return ifaces.back().get();
+  i->ifindex = static_cast<int>(if_nametoindex(name.c_str()));
+  if (i->ifindex == 0) return SystemError("interface " + name);
+  // Every RX queue gets a socket in some worker: a packet on a queue without one would reach
+  // the kernel, which has no listener (a refused client) and no socket for a backend leg's
+  // return traffic.
+  i->queues = std::max<uint32_t>(RxQueueCount(name), 1);
+  if (i->queues > STEER_MAX_QUEUES) {
+    return Error{{},
+                 name + ": " + std::to_string(i->queues) + " RX queues, above the " +
+                     std::to_string(STEER_MAX_QUEUES) +
+                     " the steering program serves; lower them with: ethtool -L " + name +
+                     " combined N (veth: rx N tx N)"};
+  }
+  impl.ifaces.push_back(std::move(i));
+  return impl.ifaces.back().get();
 }
 
-Result<void> FastPath::Impl::OpenInterface(Interface& i) {
-  i.ifindex = static_cast<int>(if_nametoindex(i.name.c_str()));
-  if (i.ifindex == 0) return SystemError("interface " + i.name);
+// Attaches the steering program and settles what every worker's ports on this interface will
+// be, from one probe socket on queue 0 (closed again: each worker opens its own).
+Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
+  const FastPathConfig& config = impl.config;
   auto mac = InterfaceMac(i.ifindex);
   if (!mac) return mac.error();
   auto mtu = InterfaceMtu(i.ifindex);
   if (!mtu) return mtu.error();
-  // Every RX queue gets a socket: a packet on a queue without one would reach the kernel,
-  // which has no listener (a refused client) and no socket for a backend leg's return traffic.
-  const uint32_t queues = std::max<uint32_t>(RxQueueCount(i.name), 1);
-  if (queues > STEER_MAX_QUEUES) {
-    return Error{{},
-                 i.name + ": " + std::to_string(queues) + " RX queues, above the " +
-                     std::to_string(STEER_MAX_QUEUES) +
-                     " the steering program serves; lower them with: ethtool -L " + i.name +
-                     " combined N (veth: rx N tx N)"};
-  }
-  // The sockets first: whether they take chains decides the attach mode and what fits.
-  XskPortConfig pc;
+  XskPortConfig& pc = i.port_config;
   pc.ifname = i.name;
   pc.tx_checksum_offload = config.tx_checksum_offload;
   pc.tx_budget = config.tx_budget;
   pc.multi_buffer = config.multi_buffer;
-  for (uint32_t q = 0; q < queues; ++q) {
-    pc.queue = q;
-    auto port = XskPort::Open(pc);
-    if (!port) return port.error();
-    i.ports.push_back(std::move(*port));
-  }
-  const XskPort& first = *i.ports.front();
+  pc.queue = 0;
+  auto probe = XskPort::Open(pc);  // whether the sockets take chains decides the attach mode
+  if (!probe) return probe.error();
+  i.zero_copy = (*probe)->zero_copy();
+  i.multi_buffer = (*probe)->multi_buffer();
+  i.tx_status = (*probe)->tx_status();
+  const uint32_t tx_frame_bytes = (*probe)->tx_frame_bytes();
+  probe->reset();
   SteerOptions so = config.steer;
   auto known_driver = InterfaceDriver(i.name);
   const std::string driver = known_driver ? *known_driver : std::string();
-  if (config.choose_xdp_mode && PreferGenericXdp(driver, first.multi_buffer())) {
-    so.force_generic = true;
-    so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
+  if (config.choose_xdp_mode && PreferGenericXdp(driver, i.multi_buffer)) {
+    if (impl.workers > 1 && driver == "veth") {
+      // Measured (tests/netns/multi_queue_test): generic XDP on a veth reads the sender's TX
+      // queue k as RX queue k-1 (queue 0 for k = 0), so the last queue's worker would get
+      // nothing. Native mode spreads flows over every queue.
+      so.force_generic = false;
+    } else {
+      so.force_generic = true;
+      so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
+    }
   }
   auto steer = SteerProgram::Attach(i.name, so);
   if (!steer) return steer.error();
@@ -169,11 +140,19 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   LinkFacts facts = ReadLinkFacts(i.name, static_cast<uint32_t>(*mtu),
                                   i.steer->mode() == XdpMode::kGeneric, i.steer->why_generic());
   facts.rx_frame_bytes = RxFrameBytes(pc);
-  facts.chains = first.multi_buffer();
-  facts.tx_frame_bytes = first.tx_frame_bytes();
+  facts.chains = i.multi_buffer;
+  facts.tx_frame_bytes = tx_frame_bytes;
   if (auto fit = CheckLinkFit(facts); !fit) return fit.error();
-  for (auto& port : i.ports) {
-    if (auto r = i.steer->BindQueue(port->queue(), port->fd()); !r) return r.error();
+  for (uint32_t q = 0; q < i.queues; ++q) {
+    if (auto r = i.steer->SetQueueWorker(q, q % impl.workers); !r) return r.error();
+  }
+  if (impl.workers > 1) {
+    if (auto rss = ReadRssTable(i.name)) {
+      i.rss = std::move(*rss);
+    } else if (!RssUnavailable(rss.error())) {
+      Log("fast path: " + i.name + ": RSS table not usable (" + rss.error().message() +
+          "); backend ports are sliced between workers, replies handed over where they land");
+    }
   }
   LwipNetifConfig& nc = i.netif_config;
   nc.ifindex = i.ifindex;
@@ -189,79 +168,130 @@ Result<void> FastPath::Impl::OpenInterface(Interface& i) {
   return {};
 }
 
-Result<void> FastPath::Impl::WorkerSetup() {
-  InitLwipOnce();
-  worker = std::make_unique<Worker>(config.cpu);
-  for (auto& i : ifaces) {
-    std::vector<XskPort*> ports;
-    for (auto& port : i->ports) ports.push_back(port.get());
-    auto netif = LwipNetif::Create(ports, i->netif_config);
-    if (!netif) return netif.error();
-    i->netif = std::move(*netif);
-    worker->Add(i->netif.get());
+std::string ExitStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
   }
-  RelayConfig rc;
-  rc.rules = relay_rules;
-  rc.limits = config.limits;
-  rc.backend_ports = backend_ports;
-  rc.worker = STEER_SOLE_WORKER;
-  auto r = Relay::Create(rc);
-  if (!r) return r.error();
-  relay = std::move(*r);
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return "stopped";
+}
+
+// The gauges of a worker that is gone: what it held went with it.
+void DropGauges(FastPathCounters& c) {
+  c.relay.active = 0;
+  c.connections = c.closing_flows = c.lwip_pcbs = c.lwip_heap_bytes = c.frames_held = 0;
+  c.next_hops = 0;
+}
+
+}  // namespace
+
+FastPathCounters& FastPathCounters::operator+=(const FastPathCounters& o) {
+  relay += o.relay;
+#define XDPFWD_ADD(field, name) field += o.field;
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_ADD)
+#undef XDPFWD_ADD
+  return *this;
+}
+
+Result<void> FastPath::Impl::Spawn(uint32_t w) {
+  WorkerSlot& slot = Slot(w);
+  slot.state.store(WorkerState::kStarting, std::memory_order_relaxed);
+  slot.stop.store(false, std::memory_order_relaxed);
+  slot.error[0] = '\0';
+  slot.published.store(slot.wanted.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) return SystemError("fast path: forking worker " + std::to_string(w));
+  if (pid == 0) RunWorkerProcess(*this, w);
+  std::lock_guard lock(mu);
+  children[w].pid = pid;
   return {};
 }
 
-void FastPath::Impl::WorkerTeardown() {
-  relay.reset();  // resets open connections: let the RSTs go out
-  for (int i = 0; i < 3; ++i) worker->RunOnce();
-  worker->Drain();
-  for (auto& i : ifaces) i->netif.reset();
+Result<void> FastPath::Impl::WaitReady(uint32_t w, std::chrono::milliseconds limit) {
+  WorkerSlot& slot = Slot(w);
+  const pid_t pid = children[w].pid;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const WorkerState state = slot.state.load(std::memory_order_acquire);
+    if (state == WorkerState::kReady) return {};
+    int status = 0;
+    const bool gone = waitpid(pid, &status, WNOHANG) == pid;
+    if (state == WorkerState::kFailed || gone) {
+      if (!gone) waitpid(pid, &status, 0);
+      std::lock_guard lock(mu);
+      children[w].pid = -1;
+      std::string why = state == WorkerState::kFailed ? std::string(slot.error) : std::string();
+      if (why.empty()) why = "it " + ExitStatus(status) + " while starting";
+      return Error{{}, "fast-path worker " + std::to_string(w) + ": " + why};
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Error{{},
+                   "fast-path worker " + std::to_string(w) + " (pid " + std::to_string(pid) +
+                       ") not ready after " + std::to_string(limit.count()) + " ms"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
-void FastPath::Impl::Publish() {
-  FastPathSnapshot s;
-  s.relay = relay->counters().Snapshot();
-  const RelayState st = relay->state();
-  s.connections = st.connections;
-  s.closing_flows = st.closing_flows;
-  s.oow_acks = st.oow_acks;
-  s.oow_acks_limited = st.oow_acks_limited;
-  s.ooseq_dropped = st.ooseq_dropped;
-  for (auto& i : ifaces) {
-    s.tx_no_neighbor += i->netif->stats().tx_no_neighbor;
-    s.tx_chains += i->netif->stats().tx_chains;
-    s.next_hops += i->netif->next_hops().size();
-    for (auto& port : i->ports) {
-      const FrameAccount f = port->frames();
-      s.frames_held += f.held;
-      const XskStats x = port->stats();
-      s.rx_packets += x.rx_packets;
-      s.rx_frames += x.rx_descriptors;
-      s.rx_chains += x.rx_chains;
-      s.rx_chains_dropped += x.rx_chains_dropped;
-      s.rx_by_queue.push_back(QueueRx{i->name, port->queue(), x.rx_packets});
-      s.tx_packets += x.tx_packets;
-      s.tx_kicks += x.tx_kicks;
-      s.tx_checksum_offloaded += x.tx_checksum_offloaded;
-      s.xsk_rx_dropped += x.kernel_rx_dropped;
-      s.xsk_rx_ring_full += x.kernel_rx_ring_full;
-      s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
+void FastPath::Impl::StopWorkers() {
+  for (uint32_t w = 0; w < workers; ++w) Slot(w).stop.store(true, std::memory_order_relaxed);
+  // A worker resets its connections and sends the resets before it exits: give it time, then
+  // make sure (a wedged worker must not keep its sockets, or the next start cannot bind).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (uint32_t w = 0; w < workers; ++w) {
+    pid_t pid;
+    {
+      std::lock_guard lock(mu);
+      pid = children[w].pid;
+      children[w].pid = -1;
+    }
+    if (pid <= 0) continue;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        Log("fast path: worker " + std::to_string(w) + " (pid " + std::to_string(pid) +
+            ") did not stop in 5 s; killing it");
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
-  s.lwip_heap_bytes = lwip_stats.mem.used;
-  const WorkerStats w = worker->stats();
-  s.minor_faults = w.minor_faults;
-  s.involuntary_switches = w.involuntary_switches;
-  s.worker_busy_ns = w.busy_ns;
-  s.worker_iterations = w.iterations;
-  s.lwip_retransmits = w.lwip_tcp_retransmits;
-  s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
-  s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
-  std::lock_guard lock(mu);
-  snapshot = s;
-  ++snapshot_seq;
-  cv.notify_all();
+}
+
+// A worker that died took its connections with it (they lived in its lwIP). The others keep
+// theirs: its queues' packets of their flows are dropped while nobody serves the queues
+// (drop_no_socket) and resent by the peers once the new worker is there. Its flow entries go,
+// so its clients' next packets meet a reset instead of silence.
+void FastPath::Impl::Restart(uint32_t w, int status) {
+  size_t removed = 0;
+  for (auto& i : ifaces) removed += i->steer->RemoveFlowsOwnedBy(w);
+  uint64_t lost = 0;
+  {
+    std::lock_guard lock(mu);
+    lost = children[w].last.connections;
+    FastPathCounters gone = children[w].last;
+    DropGauges(gone);
+    retired += gone;
+    children[w].last = FastPathCounters{};
+    children[w].last_queues.clear();
+    ++restarts;
+  }
+  Log("fast path: worker " + std::to_string(w) + " " + ExitStatus(status) + "; its connections (" +
+      std::to_string(lost) + " at the last stats) are lost, " + std::to_string(removed) +
+      " flow entries removed; restarting it");
+  if (auto r = Spawn(w); !r) {
+    Log(r.error().message());
+    return;
+  }
+  if (auto r = WaitReady(w, std::chrono::seconds(10)); !r) {
+    Log("fast path: restarting worker " + std::to_string(w) + " failed: " + r.error().message());
+    return;
+  }
+  Log("fast path: worker " + std::to_string(w) + " serves its queues again");
 }
 
 // A client flow whose handshake has not completed within lwIP's SYN_RCVD timeout never will:
@@ -269,19 +299,40 @@ void FastPath::Impl::Publish() {
 // margin keeps the reaper from racing a handshake that completes at the last moment.
 constexpr uint64_t kStrayFlowAgeNs = (TCP_SYN_RCVD_TIMEOUT + 1000) * 1'000'000ull;
 
-void FastPath::Impl::ReapStrays() {
-  std::unique_lock lock(reaper_mu);
-  while (!reaper_cv.wait_for(lock, std::chrono::seconds(1), [this] { return reaper_stop; })) {
-    const uint64_t now = MonotonicNs();
-    if (now < kStrayFlowAgeNs) continue;
-    for (auto& i : ifaces) {
-      stray_flows_reaped.fetch_add(i->steer->ReapStrayFlows(now - kStrayFlowAgeNs),
-                                   std::memory_order_relaxed);
+void FastPath::Impl::Monitor() {
+  uint64_t next_reap_ns = 0;
+  std::unique_lock lock(monitor_mu);
+  while (
+      !monitor_cv.wait_for(lock, std::chrono::milliseconds(100), [this] { return monitor_stop; })) {
+    lock.unlock();
+    for (uint32_t w = 0; w < workers; ++w) {
+      pid_t pid;
+      {
+        std::lock_guard l(mu);
+        pid = children[w].pid;
+      }
+      int status = 0;
+      if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+        {
+          std::lock_guard l(mu);
+          children[w].pid = -1;
+        }
+        Restart(w, status);
+      }
     }
+    const uint64_t now = MonotonicNs();
+    if (now >= next_reap_ns && now >= kStrayFlowAgeNs) {
+      next_reap_ns = now + 1'000'000'000ull;
+      for (auto& i : ifaces) {
+        stray_flows_reaped.fetch_add(i->steer->ReapStrayFlows(now - kStrayFlowAgeNs),
+                                     std::memory_order_relaxed);
+      }
+    }
+    lock.lock();
   }
 }
 
-// On the caller's thread: map scans do not belong on the worker.
+// On the caller's thread: map scans do not belong on a worker.
 void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
   s.flows = s.client_flows = 0;
   for (const auto& i : ifaces) {
@@ -291,6 +342,60 @@ void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
   s.stray_flows_reaped = stray_flows_reaped.load(std::memory_order_relaxed);
 }
 
+FastPathSnapshot FastPath::Impl::Collect(bool per_worker, std::vector<FastPathSnapshot>* each) {
+  std::lock_guard lock(mu);
+  if (stopped) {
+    if (each != nullptr) each->clear();
+    return final_snapshot;
+  }
+  std::vector<uint64_t> asked(workers, 0);
+  for (uint32_t w = 0; w < workers; ++w) {
+    if (children[w].pid > 0) asked[w] = Slot(w).wanted.fetch_add(1) + 1;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (uint32_t w = 0; w < workers; ++w) {
+    if (asked[w] == 0) continue;
+    WorkerSlot& slot = Slot(w);
+    while (slot.published.load(std::memory_order_acquire) != asked[w] &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (slot.published.load(std::memory_order_acquire) != asked[w]) continue;  // keeps its last
+    children[w].last = slot.counters;
+    children[w].last_queues.clear();
+    for (uint32_t k = 0; k < std::min(slot.queue_count, kMaxWorkerQueues); ++k) {
+      const auto& q = slot.queues[k];
+      if (q.iface < ifaces.size()) {
+        children[w].last_queues.push_back(QueueRx{ifaces[q.iface]->name, q.queue, q.packets});
+      }
+    }
+  }
+  FastPathSnapshot sum;
+  static_cast<FastPathCounters&>(sum) = retired;
+  if (each != nullptr) each->clear();
+  for (uint32_t w = 0; w < workers; ++w) {
+    FastPathSnapshot one;
+    static_cast<FastPathCounters&>(one) = children[w].last;
+    one.rx_by_queue = children[w].last_queues;
+    if (workers > 1) {
+      const HandoffTotals h = WorkerHandoff::Read(Rings(), RingsBytes(), workers, w);
+      one.handoffs_out = h.out;
+      one.handoffs_in = h.in;
+      one.handoffs_dropped = h.dropped;
+    }
+    sum += one;
+    sum.rx_by_queue.insert(sum.rx_by_queue.end(), one.rx_by_queue.begin(), one.rx_by_queue.end());
+    if (per_worker && each != nullptr) each->push_back(std::move(one));
+  }
+  std::sort(sum.rx_by_queue.begin(), sum.rx_by_queue.end(), [](const QueueRx& a, const QueueRx& b) {
+    return std::tie(a.ifname, a.queue) < std::tie(b.ifname, b.queue);
+  });
+  sum.workers = workers;
+  sum.worker_restarts = restarts;
+  CountFlows(sum);
+  return sum;
+}
+
 FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
@@ -298,14 +403,8 @@ uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
 Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->control_pid = getpid();
   if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
-  if (config.limits.max_connections > LwipConnectionCapacity()) {
-    return Error{{},
-                 "fast path: --max-connections " + std::to_string(config.limits.max_connections) +
-                     " is above the " + std::to_string(LwipConnectionCapacity()) +
-                     " connections lwIP's pcb pool holds (MEMP_NUM_TCP_PCB in "
-                     "stack/lwip/lwipopts.h)"};
-  }
   auto ephemeral = KernelEphemeralPorts();
   if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
   if (config.backend_ports.automatic()) {
@@ -316,8 +415,8 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   }
 
   struct Sides {
-    Impl::Interface* client;
-    Impl::Interface* backend;
+    FastPathInterface* client;
+    FastPathInterface* backend;
   };
   std::vector<Sides> sides;
   std::set<std::pair<std::string, uint32_t>> primed;  // next hops resolved so far
@@ -350,9 +449,9 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
                    what + ": the kernel's route to " + ToString(backend.addr) + " via " +
                        backend_if + " has no source address"};
     }
-    auto client_side = impl->GetInterface(listen_if, listen.addr, in_addr{});
+    auto client_side = GetInterface(*impl, listen_if, listen.addr, in_addr{});
     if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
-    auto backend_side = impl->GetInterface(backend_if, source, route->gateway);
+    auto backend_side = GetInterface(*impl, backend_if, source, route->gateway);
     if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
     // --backend-source: each address must be the kernel's on the backend-side interface, so the
     // kernel answers ARP for it; lwIP answers TCP on it.
@@ -373,8 +472,56 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     }
     sides.push_back({*client_side, *backend_side});
   }
+
+  // Workers: one per --cpus CPU, or as many as the interface with the fewest queues has. A
+  // worker sends through its own queue's socket on every interface, so each needs a queue on
+  // each interface.
+  uint32_t fewest = STEER_MAX_QUEUES;
+  const FastPathInterface* narrowest = nullptr;
+  for (const auto& i : impl->ifaces) {
+    if (i->queues < fewest) {
+      fewest = i->queues;
+      narrowest = i.get();
+    }
+  }
+  if (config.cpus.empty()) {
+    // Never more spinning workers than CPUs this process may use: on a 2-CPU machine with
+    // 4-queue devices, 2 workers of 2 queues each.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    const int usable =
+        sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+    impl->workers = std::clamp<uint32_t>(static_cast<uint32_t>(usable), 1, fewest);
+    impl->cpus.assign(impl->workers, -1);
+  } else {
+    impl->workers = static_cast<uint32_t>(config.cpus.size());
+    impl->cpus = config.cpus;
+    if (impl->workers > fewest) {
+      const std::string n = std::to_string(impl->workers);
+      return Error{{},
+                   "--cpus " + FormatCpuList(config.cpus) + ": " + n + " workers need at least " +
+                       n + " RX queues on every interface, and " + narrowest->name + " has " +
+                       std::to_string(fewest) + "; raise them (veth: ethtool -L " +
+                       narrowest->name + " rx " + n + " tx " + n + "; a NIC: ethtool -L " +
+                       narrowest->name + " combined " + n + ") or give fewer CPUs"};
+    }
+  }
+  const uint64_t capacity = LwipConnectionCapacity();
+  const uint64_t total = config.max_connections.value_or(capacity * impl->workers);
+  impl->max_connections_per_worker =
+      static_cast<uint32_t>((total + impl->workers - 1) / impl->workers);
+  if (impl->max_connections_per_worker > capacity) {
+    return Error{{},
+                 "fast path: --max-connections " + std::to_string(total) + " is above the " +
+                     std::to_string(capacity * impl->workers) + " connections " +
+                     std::to_string(impl->workers) + " worker(s) hold (" +
+                     std::to_string(capacity) +
+                     " each: lwIP's pcb pool, MEMP_NUM_TCP_PCB in "
+                     "stack/lwip/lwipopts.h)"};
+  }
+
   for (auto& i : impl->ifaces) {
-    if (auto r = impl->OpenInterface(*i); !r) return r.error();
+    if (auto r = OpenInterface(*impl, *i); !r) return r.error();
   }
   for (size_t k = 0; k < config.rules.size(); ++k) {
     const Rule& rule = config.rules[k];
@@ -392,64 +539,81 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     impl->relay_rules.push_back(rr);
   }
 
-  // The worker owns lwIP from here on; set-up errors come back through the promise.
-  std::promise<Result<void>> started;
-  auto ready = started.get_future();
-  Impl* p = impl.get();
-  impl->thread = std::thread([p, &started] {
-    if (auto r = p->WorkerSetup(); !r) {
-      if (p->relay) p->relay.reset();
-      for (auto& i : p->ifaces) i->netif.reset();
-      started.set_value(r);
-      return;
+  // The workers' shared memory: slots, then the rings (page-aligned).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  impl->slots_bytes = (sizeof(WorkerSlot) * impl->workers + page - 1) / page * page;
+  const size_t rings = WorkerHandoff::MemoryBytes(impl->workers);
+  auto shared = SharedMemory::Create("xdpfwd-workers", impl->slots_bytes + rings);
+  if (!shared) return shared.error();
+  impl->shared = std::move(*shared);
+  for (uint32_t w = 0; w < impl->workers; ++w) new (&impl->Slot(w)) WorkerSlot{};
+  if (rings != 0) {
+    if (auto r = WorkerHandoff::Format(impl->Rings(), impl->RingsBytes(), impl->workers); !r) {
+      return r.error();
     }
-    started.set_value(Result<void>());
-    auto r = p->worker->Run(p->stop, [p](uint64_t now_ns) {
-      const bool worked = p->relay->Tick(now_ns / 1'000'000u);
-      if (p->snapshot_wanted.exchange(false, std::memory_order_relaxed)) p->Publish();
-      return worked;
-    });
-    if (!r) Log("worker: " + r.error().message());
-    p->WorkerTeardown();
-  });
-  if (auto r = ready.get(); !r) {
-    impl->thread.join();
-    return r.error();
+  }
+  impl->children.resize(impl->workers);
+  for (uint32_t w = 0; w < impl->workers; ++w) {
+    auto r = impl->Spawn(w);
+    if (r) r = impl->WaitReady(w, std::chrono::seconds(15));
+    if (!r) {
+      impl->StopWorkers();
+      return r.error();
+    }
   }
 
-  impl->reaper = std::thread([p] { p->ReapStrays(); });
+  Impl* p = impl.get();
+  impl->monitor = std::thread([p] { p->Monitor(); });
   std::unique_ptr<FastPath> fp(new FastPath(std::move(impl)));
   std::string d;
-  for (const auto& i : fp->impl_->ifaces) {
+  const Impl& m = *fp->impl_;
+  for (const auto& i : m.ifaces) {
     if (!d.empty()) d += ", ";
     std::string addrs = ToString(i->addr);
     for (in_addr a : i->aliases) addrs += "+" + ToString(a);
-    const size_t queues = i->ports.size();
-    const XskPort& port = *i->ports.front();
     const bool generic = i->steer->mode() == XdpMode::kGeneric;
+    std::string served =
+        std::to_string(i->queues) + (i->queues == 1 ? " RX queue" : " RX queues, all");
+    served += m.workers == 1 ? " served" : " served by " + std::to_string(m.workers) + " workers";
     d += i->name + " (" + addrs + ", XDP " + std::string(ModeName(i->steer->mode())) +
-         (generic ? " (" + i->steer->why_generic() + ")" : "") + ", " + std::to_string(queues) +
-         (queues == 1 ? " RX queue" : " RX queues, all") + " served, " +
-         (port.zero_copy() ? "zero-copy" : "copy mode") +
-         (port.multi_buffer() ? ", multi-buffer RX" : "") + ", " + port.tx_status() + ")";
+         (generic ? " (" + i->steer->why_generic() + ")" : "") + ", " + served + ", " +
+         (i->zero_copy ? "zero-copy" : "copy mode") + (i->multi_buffer ? ", multi-buffer RX" : "") +
+         ", " + i->tx_status + ")";
   }
-  d += "; backend ports " + ToString(fp->impl_->backend_ports);
-  d += "; up to " + std::to_string(config.limits.max_connections) + " connections, " +
-       std::to_string(config.steer.flow_capacity) + " client flows";
+  d += "; backend ports " + ToString(m.backend_ports);
+  if (m.workers > 1) {
+    d += " (split between workers" +
+         std::string(std::any_of(m.ifaces.begin(), m.ifaces.end(),
+                                 [](const auto& i) { return i->rss.has_value(); })
+                         ? " by the NIC's RSS"
+                         : "") +
+         ")";
+  }
+  d += "; " + std::to_string(m.workers) + (m.workers == 1 ? " worker" : " workers");
+  const bool pinned = m.cpus.front() >= 0;
+  d += pinned ? " on CPU" + std::string(m.workers == 1 ? " " : "s ") + FormatCpuList(m.cpus)
+              : " (not pinned)";
+  d += "; up to " + std::to_string(uint64_t{m.max_connections_per_worker} * m.workers) +
+       " connections, " + std::to_string(config.steer.flow_capacity) + " client flows";
   fp->description_ = d;
   return fp;
 }
 
-FastPathSnapshot FastPath::Snapshot() {
-  std::unique_lock lock(impl_->mu);
-  if (!impl_->thread.joinable()) return impl_->snapshot;
-  const uint64_t seen = impl_->snapshot_seq;
-  impl_->snapshot_wanted = true;
-  impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
-  FastPathSnapshot s = impl_->snapshot;
-  lock.unlock();
-  impl_->CountFlows(s);
-  return s;
+std::vector<int> FastPath::worker_cpus() const { return impl_->cpus; }
+
+std::vector<int> FastPath::worker_pids() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<int> pids;
+  for (const Impl::Child& c : impl_->children) pids.push_back(c.pid);
+  return pids;
+}
+
+FastPathSnapshot FastPath::Snapshot() { return impl_->Collect(false, nullptr); }
+
+std::vector<FastPathSnapshot> FastPath::WorkerSnapshots() {
+  std::vector<FastPathSnapshot> each;
+  impl_->Collect(true, &each);
+  return each;
 }
 
 std::string FastPath::SteerCountersLine() const {
@@ -473,32 +637,29 @@ std::string FastPath::SteerCountersLine() const {
 }
 
 void FastPath::Stop() {
-  if (!impl_ || !impl_->thread.joinable()) return;
+  if (!impl_ || impl_->stopped) return;
+  // A last snapshot, so the exit summary has the final numbers; the monitor stops first, so
+  // that no worker is restarted while they stop.
+  FastPathSnapshot last = impl_->Collect(false, nullptr);
   {
-    // A last snapshot, so the exit summary has the final numbers.
-    std::unique_lock lock(impl_->mu);
-    const uint64_t seen = impl_->snapshot_seq;
-    impl_->snapshot_wanted = true;
-    impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->snapshot_seq != seen; });
+    std::lock_guard lock(impl_->monitor_mu);
+    impl_->monitor_stop = true;
   }
-  {
-    std::lock_guard lock(impl_->reaper_mu);
-    impl_->reaper_stop = true;
-  }
-  impl_->reaper_cv.notify_all();
-  impl_->reaper.join();
-  impl_->stop = true;
-  impl_->thread.join();
+  impl_->monitor_cv.notify_all();
+  if (impl_->monitor.joinable()) impl_->monitor.join();
+  impl_->StopWorkers();
   impl_->final_steer_line = SteerCountersLine();
+  impl_->CountFlows(last);  // what the workers left behind, for the exit summary
   {
     std::lock_guard lock(impl_->mu);
-    impl_->CountFlows(impl_->snapshot);  // what the worker left behind, for the exit summary
+    impl_->final_snapshot = std::move(last);
+    impl_->stopped = true;
   }
   for (auto& i : impl_->ifaces) {
     if (!i->steer) continue;
-    for (auto& port : i->ports) (void)i->steer->UnbindQueue(port->queue());
+    for (uint32_t q = 0; q < i->queues; ++q) (void)i->steer->UnbindQueue(q);
   }
-  impl_->ifaces.clear();  // closes the ports, detaches XDP
+  impl_->ifaces.clear();  // detaches XDP
 }
 
 FastPath::~FastPath() { Stop(); }
@@ -513,34 +674,11 @@ std::string FastPathSnapshot::RxByQueue() const {
 }
 
 std::string FastPathSnapshot::Format() const {
-  return relay.Format() + " connections=" + std::to_string(connections) +
-         " flows=" + std::to_string(flows) + " client_flows=" + std::to_string(client_flows) +
-         " stray_flows_reaped=" + std::to_string(stray_flows_reaped) +
-         " closing_flows=" + std::to_string(closing_flows) +
-         " lwip_pcbs=" + std::to_string(lwip_pcbs) +
-         " lwip_heap_bytes=" + std::to_string(lwip_heap_bytes) +
-         " frames_held=" + std::to_string(frames_held) +
-         " rx_packets=" + std::to_string(rx_packets) + RxByQueue() +
-         " rx_frames=" + std::to_string(rx_frames) + " rx_chains=" + std::to_string(rx_chains) +
-         " rx_chains_dropped=" + std::to_string(rx_chains_dropped) +
-         " tx_packets=" + std::to_string(tx_packets) + " tx_kicks=" + std::to_string(tx_kicks) +
-         " tx_chains=" + std::to_string(tx_chains) +
-         " tx_checksum_offloaded=" + std::to_string(tx_checksum_offloaded) +
-         " tx_no_neighbor=" + std::to_string(tx_no_neighbor) +
-         " next_hops=" + std::to_string(next_hops) +
-         " xsk_rx_dropped=" + std::to_string(xsk_rx_dropped) +
-         " xsk_rx_ring_full=" + std::to_string(xsk_rx_ring_full) +
-         " xsk_fill_ring_empty=" + std::to_string(xsk_fill_ring_empty) +
-         " retransmits=" + std::to_string(lwip_retransmits) +
-         " lwip_drops=" + std::to_string(lwip_drops) +
-         " lwip_pool_errors=" + std::to_string(lwip_pool_errors) +
-         " oow_acks=" + std::to_string(oow_acks) +
-         " oow_acks_limited=" + std::to_string(oow_acks_limited) +
-         " ooseq_dropped=" + std::to_string(ooseq_dropped) +
-         " worker_busy_ns=" + std::to_string(worker_busy_ns) +
-         " worker_iterations=" + std::to_string(worker_iterations) +
-         " worker_minor_faults=" + std::to_string(minor_faults) +
-         " worker_involuntary_switches=" + std::to_string(involuntary_switches);
+  std::string out = relay.Format();
+#define XDPFWD_FORMAT(field, name) out += " " name "=" + std::to_string(field);
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FORMAT)
+#undef XDPFWD_FORMAT
+  return out + RxByQueue();
 }
 
 }  // namespace xdpfwd

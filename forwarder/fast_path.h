@@ -1,13 +1,16 @@
 // The fast path as one object: finds the interfaces from the kernel, attaches the steering
-// program to each, opens an AF_XDP port per RX queue and an lwIP netif per interface, and runs
-// the relay on one pinned busy-polling worker thread that serves every queue. Stopping it resets
-// open connections, detaches XDP and removes every flow entry it made.
+// program to each, and forks N worker processes (lwIP's state is global: one lwIP per
+// process), each pinned to its CPU, with its own AF_XDP ports on the RX queues q with
+// q mod N == its index, its own lwIP netif per interface and relay. This process stays the
+// control plane: stray-flow reaping, stats summed from the workers' shared memory, restarting a
+// worker that dies. Stopping it resets open connections, detaches XDP and removes every flow
+// entry it made.
 #pragma once
 
 #include <netinet/in.h>
-#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +25,9 @@ namespace xdpfwd {
 struct FastPathConfig {
   std::vector<Rule> rules;  // IPv4 rules with a concrete listen address
   RelayLimits limits;
-  int cpu = -1;                          // worker core; -1: not pinned
+  // One worker per CPU, pinned; empty: as many unpinned workers as the interface with the
+  // fewest RX queues has (one on single-queue devices).
+  std::vector<int> cpus;
   std::string listen_iface;              // empty: the interface holding the listen address
   std::string backend_iface;             // empty: the kernel's route to the backend
   PortRange backend_ports;               // automatic: DefaultBackendPorts
@@ -34,6 +39,9 @@ struct FastPathConfig {
   bool multi_buffer = true;         // XskPortConfig's, for every port
   bool tx_checksum_offload = true;  // XskPortConfig's, for every port
   bool tx_budget = true;
+  // --max-connections, over all workers (each takes its share); unset: every worker's lwIP
+  // holds as many as its pcb pool allows (MaxConnections()).
+  std::optional<uint32_t> max_connections;
 };
 
 // Frames received on one RX queue of one interface (its AF_XDP port's count).
@@ -43,36 +51,61 @@ struct QueueRx {
   uint64_t packets = 0;
 };
 
-// What the worker last published; read from any thread.
-struct FastPathSnapshot {
+// X(field, name in the stats line). One list, so the worker's counters, the sum over workers
+// and the formatter can never disagree. What each counts is said where it is filled
+// (fast_path_worker.cpp); flows, client_flows, stray_flows_reaped, workers, worker_restarts and
+// the handoffs come from the control process.
+#define XDPFWD_FAST_PATH_COUNTERS(X)                                                   \
+  X(connections, "connections")               /* live relay connections */             \
+  X(flows, "flows")                           /* entries in all steering maps */       \
+  X(client_flows, "client_flows")             /* counted against --flow-capacity */    \
+  X(stray_flows_reaped, "stray_flows_reaped") /* handshakes that never completed */    \
+  X(closing_flows, "closing_flows")           /* flow entries lingering after close */ \
+  X(lwip_pcbs, "lwip_pcbs")                   /* lwIP connection pcbs in use */        \
+  X(lwip_heap_bytes, "lwip_heap_bytes")                                                \
+  X(frames_held, "frames_held") /* UMEM frames held by lwIP */                         \
+  X(rx_packets, "rx_packets")                                                          \
+  X(rx_frames, "rx_frames")                 /* a chain's frames count one each */      \
+  X(rx_chains, "rx_chains")                 /* packets that came as a chain */         \
+  X(rx_chains_dropped, "rx_chains_dropped") /* longer than the kernel's longest */     \
+  X(tx_packets, "tx_packets")                                                          \
+  X(tx_kicks, "tx_kicks")                                                              \
+  X(tx_chains, "tx_chains") /* longer than a TX frame */                               \
+  X(tx_checksum_offloaded, "tx_checksum_offloaded")                                    \
+  X(tx_no_neighbor, "tx_no_neighbor") /* next hop's MAC unknown: resent */             \
+  X(next_hops, "next_hops")                                                            \
+  X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                \
+  X(xsk_rx_ring_full, "xsk_rx_ring_full")                                              \
+  X(xsk_fill_ring_empty, "xsk_fill_ring_empty")                                        \
+  X(lwip_retransmits, "retransmits")                                                   \
+  X(lwip_drops, "lwip_drops")                                                          \
+  X(lwip_pool_errors, "lwip_pool_errors")                                              \
+  X(oow_acks, "oow_acks") /* RelayState's: spoofed-segment storms */                   \
+  X(oow_acks_limited, "oow_acks_limited")                                              \
+  X(ooseq_dropped, "ooseq_dropped")     /* RelayState's: holes left by peers */        \
+  X(workers, "workers")                 /* fast-path worker processes */               \
+  X(worker_restarts, "worker_restarts") /* workers that died and were restarted */     \
+  X(handoffs_out, "handoffs_out")       /* packets handed to their flow's owner */     \
+  X(handoffs_in, "handoffs_in")                                                        \
+  X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */              \
+  X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */        \
+  X(worker_busy_ns, "worker_busy_ns")     /* time in iterations that did work */       \
+  X(worker_iterations, "worker_iterations")                                            \
+  X(minor_faults, "worker_minor_faults")                                               \
+  X(involuntary_switches, "worker_involuntary_switches")
+
+// The counters as plain memory: what a worker process publishes to the control process.
+struct FastPathCounters {
   RelayTotals relay;
-  uint64_t connections = 0;         // live relay connections
-  uint64_t closing_flows = 0;       // flow entries lingering after close
-  uint64_t flows = 0;               // entries in all steering maps
-  uint64_t client_flows = 0;        // of those, client flows (counted against --flow-capacity)
-  uint64_t stray_flows_reaped = 0;  // client flows whose handshake never completed, removed
-  uint64_t lwip_pcbs = 0;           // lwIP connection pcbs in use (TIME_WAIT included)
-  uint64_t lwip_heap_bytes = 0;     // lwIP heap in use
-  uint64_t frames_held = 0;         // UMEM frames held by lwIP (received data not yet released)
-  uint64_t rx_packets = 0, tx_packets = 0, tx_kicks = 0;
-  // Multi-buffer RX: frames received (a chain's count as one each), packets that came as a
-  // chain, and chains dropped for being longer than the kernel's longest (never expected).
-  uint64_t rx_frames = 0, rx_chains = 0, rx_chains_dropped = 0;
-  uint64_t tx_chains = 0;              // packets longer than a TX frame, sent as a chain of frames
-  std::vector<QueueRx> rx_by_queue;    // shown as rx_packets.IFNAME.qN=...
-  uint64_t tx_checksum_offloaded = 0;  // frames whose TCP checksum the kernel completed
-  // Segments lwIP had to keep because their next hop's MAC was unknown (it sends them again),
-  // and the next hops known or being resolved (learned from SYNs, or from the kernel).
-  uint64_t tx_no_neighbor = 0, next_hops = 0;
-  // The kernel's XDP_STATISTICS for our sockets: frames it dropped (for any reason), and how
-  // often it found the RX ring full or no frame in the fill ring. The peer retransmits them.
-  uint64_t xsk_rx_dropped = 0, xsk_rx_ring_full = 0, xsk_fill_ring_empty = 0;
-  uint64_t minor_faults = 0, involuntary_switches = 0;
-  uint64_t worker_busy_ns = 0;     // time in worker iterations that did work (cumulative)
-  uint64_t worker_iterations = 0;  // all iterations, busy or idle (cumulative)
-  uint64_t lwip_retransmits = 0, lwip_drops = 0, lwip_pool_errors = 0;
-  uint64_t oow_acks = 0, oow_acks_limited = 0;  // RelayState's: storms of spoofed segments
-  uint64_t ooseq_dropped = 0;                   // RelayState's: holes left by peers
+#define XDPFWD_FIELD(field, name) uint64_t field = 0;
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  FastPathCounters& operator+=(const FastPathCounters& o);
+};
+
+// What the workers last published, summed (or one worker's); read from any thread.
+struct FastPathSnapshot : FastPathCounters {
+  std::vector<QueueRx> rx_by_queue;  // shown as rx_packets.IFNAME.qN=...
   std::string Format() const;
   std::string RxByQueue() const;  // " rx_packets.veth-c.q0=12 rx_packets.veth-c.q1=7"
 };
@@ -89,8 +122,14 @@ class FastPath {
   void Stop();
   // "veth-c (198.18.0.1, XDP native, 2 RX queues, all served, copy mode), ...".
   const std::string& description() const { return description_; }
-  // Asks the worker for fresh numbers and waits for them (bounded); falls back to the last ones.
+  // The workers' CPUs, one per worker (-1: not pinned), and process ids (-1: restarting).
+  std::vector<int> worker_cpus() const;
+  std::vector<int> worker_pids() const;
+  // Asks every worker for fresh numbers and waits for them (bounded; a worker that does not
+  // answer contributes its last ones), and sums them.
   FastPathSnapshot Snapshot();
+  // The same per worker, in worker order (flows and handoffs per worker as well).
+  std::vector<FastPathSnapshot> WorkerSnapshots();
   // Steering decisions summed over interfaces, as "redirect_new_flow=3 pass_not_ipv4=2".
   std::string SteerCountersLine() const;
 

@@ -37,7 +37,11 @@ void FlowLedger::Refuse(const FlowRoute& route, const FlowTuple& client_flow, ui
 
 BackendPorts& FlowLedger::PortsFor(in_addr source, const Endpoint& backend) {
   auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
-  if (!slot) slot = std::make_unique<BackendPorts>(config_.backend_ports);
+  if (!slot) {
+    slot = config_.worker_ports
+               ? std::make_unique<BackendPorts>(config_.worker_ports(source, backend))
+               : std::make_unique<BackendPorts>(config_.backend_ports);
+  }
   return *slot;
 }
 

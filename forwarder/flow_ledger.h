@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -42,7 +43,10 @@ struct FlowBooking {
 struct FlowLedgerConfig {
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
   uint32_t worker = 0;                   // the worker entries are owned by (steer_flow.owner)
-  uint64_t flow_linger_ms = 1000;        // RelayConfig::flow_linger_ms says why
+  // N workers: the ports of backend_ports this worker may use from `source` toward `backend`
+  // (disjoint from every other worker's, so no allocator is shared). Empty: all of them.
+  std::function<std::vector<uint16_t>(in_addr source, const Endpoint& backend)> worker_ports;
+  uint64_t flow_linger_ms = 1000;  // RelayConfig::flow_linger_ms says why
   // The clock flow tables stamp entries with (CLOCK_MONOTONIC, as bpf_ktime_get_ns reads).
   uint64_t (*clock_ns)() = nullptr;  // null: MonotonicNs
 };

@@ -28,9 +28,14 @@ std::string RulesLine(const std::vector<Rule>& rules) {
 
 // Whether each spinning thread has its core to itself (docs/tuning.md). Kernel-path threads are
 // never pinned; they spin only with --busy-poll.
-void LogIsolation(const FastPath* fast, int fast_cpu, const KernelPath* kernel) {
+void LogIsolation(const FastPath* fast, const KernelPath* kernel) {
   std::vector<SpinningThread> spinning;
-  if (fast != nullptr) spinning.push_back({"fast-path worker", fast_cpu});
+  if (fast != nullptr) {
+    const std::vector<int> cpus = fast->worker_cpus();
+    for (size_t w = 0; w < cpus.size(); ++w) {
+      spinning.push_back({"fast-path worker " + std::to_string(w), cpus[w]});
+    }
+  }
   if (kernel != nullptr && kernel->busy_poll()) {
     spinning.push_back(
         {std::to_string(kernel->threads()) + " busy-polling kernel-path thread(s)", -1});
@@ -44,6 +49,21 @@ void LogIsolation(const FastPath* fast, int fast_cpu, const KernelPath* kernel) 
 void PrintStats(FastPath* fast, KernelPath* kernel) {
   if (fast != nullptr) {
     Log("fast path: " + fast->Snapshot().Format());
+    const std::vector<FastPathSnapshot> each = fast->WorkerSnapshots();
+    const std::vector<int> pids = fast->worker_pids();
+    if (each.size() > 1) {
+      for (size_t w = 0; w < each.size(); ++w) {
+        const FastPathSnapshot& s = each[w];
+        Log("fast path worker " + std::to_string(w) +
+            ": accepted=" + std::to_string(s.relay.accepted) +
+            " pid=" + std::to_string(w < pids.size() ? pids[w] : -1) + " connections=" +
+            std::to_string(s.connections) + " rx_packets=" + std::to_string(s.rx_packets) +
+            " tx_packets=" + std::to_string(s.tx_packets) + " handoffs_out=" +
+            std::to_string(s.handoffs_out) + " handoffs_in=" + std::to_string(s.handoffs_in) +
+            " handoffs_dropped=" + std::to_string(s.handoffs_dropped) +
+            " worker_busy_ns=" + std::to_string(s.worker_busy_ns) + s.RxByQueue());
+      }
+    }
     Log("steering: " + fast->SteerCountersLine());
   }
   if (kernel != nullptr) Log("kernel path: " + kernel->Totals().Format());
@@ -63,33 +83,15 @@ int Run(const Options& o) {
     if (r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any()) fast_rules.push_back(r);
   }
 
-  std::unique_ptr<KernelPath> kernel;
-  if (o.path != PathChoice::kXdp) {
-    KernelPathConfig kc;
-    kc.rules = o.rules;
-    kc.limits = o.limits;
-    if (o.max_connections) kc.limits.max_connections = *o.max_connections;
-    kc.threads = o.kernel_threads;
-    kc.copy_buffer_bytes = o.kernel_buffer;
-    kc.use_splice = !o.kernel_copy;
-    kc.busy_poll = o.kernel_busy_poll;
-    kc.backend_sources = o.backend_sources;
-    auto k = KernelPath::Start(kc);
-    if (!k) {
-      Log("kernel path cannot start: " + k.error().message());
-      return 1;
-    }
-    kernel = std::move(*k);
-  }
-
+  // The fast path first: it forks its workers, best before the kernel path starts threads.
   std::unique_ptr<FastPath> fast;
   std::string fast_status;
   if (o.path != PathChoice::kKernel) {
     FastPathConfig fc;
     fc.rules = fast_rules;
     fc.limits = o.limits;
-    fc.limits.max_connections = o.max_connections.value_or(FastPath::MaxConnections());
-    fc.cpu = o.cpus.empty() ? -1 : o.cpus.front();  // one CPU at most (ParseCommandLine)
+    fc.max_connections = o.max_connections;
+    fc.cpus = o.cpus;
     fc.listen_iface = o.listen_iface;
     fc.backend_iface = o.backend_iface;
     fc.backend_ports = o.backend_ports;
@@ -120,6 +122,25 @@ int Run(const Options& o) {
     }
   }
 
+  std::unique_ptr<KernelPath> kernel;
+  if (o.path != PathChoice::kXdp) {
+    KernelPathConfig kc;
+    kc.rules = o.rules;
+    kc.limits = o.limits;
+    if (o.max_connections) kc.limits.max_connections = *o.max_connections;
+    kc.threads = o.kernel_threads;
+    kc.copy_buffer_bytes = o.kernel_buffer;
+    kc.use_splice = !o.kernel_copy;
+    kc.busy_poll = o.kernel_busy_poll;
+    kc.backend_sources = o.backend_sources;
+    auto k = KernelPath::Start(kc);
+    if (!k) {
+      Log("kernel path cannot start: " + k.error().message());
+      return 1;
+    }
+    kernel = std::move(*k);
+  }
+
   std::string ready =
       "ready: path=" + std::string(PathName(o.path)) + " rules: " + RulesLine(o.rules);
   if (fast) ready += "; fast path on " + fast->description();
@@ -132,7 +153,7 @@ int Run(const Options& o) {
     Log("--cpus: no fast-path worker runs, so nothing is pinned (the kernel path's threads are "
         "not pinned)");
   }
-  LogIsolation(fast.get(), o.cpus.empty() ? -1 : o.cpus.front(), kernel.get());
+  LogIsolation(fast.get(), kernel.get());
 
   const timespec tick{o.stats_interval_s > 0 ? o.stats_interval_s : 3600, 0};
   for (;;) {

@@ -49,7 +49,10 @@ const char* Usage() {
          "                           kernel sockets for the rest; xdp: fast path only; kernel: no "
          "XDP\n"
          "  --cpus LIST              CPUs for the fast path's busy-polling workers, e.g. 2 or\n"
-         "                           2-5,7; one worker for now, so one CPU (--cpu N: the same)\n"
+         "                           2-5,7: one worker process per CPU, pinned, worker w\n"
+         "                           serving RX queues q with q mod N = w (every interface\n"
+         "                           needs N queues). Default: one unpinned worker per RX\n"
+         "                           queue of the interface with fewest (--cpu N: the same)\n"
          "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
          "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
          "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
@@ -57,7 +60,8 @@ const char* Usage() {
          "                           while some wait for it, e.g. a zero window (default\n"
          "                           120s; 0: never; kernel path: TCP_USER_TIMEOUT)\n"
          "  --max-connections N      per path; beyond it new clients are reset (default: fast\n"
-         "                           path 131072, its lwIP pcb pool; kernel path 16384)\n"
+         "                           path 131072 per worker, its lwIP pcb pool, shared out\n"
+         "                           between workers when given; kernel path 16384)\n"
          "  --iface NAME             fast path: the client-side interface (default: the one with\n"
          "                           the listen address)\n"
          "  --backend-iface NAME     fast path: the backend-side interface (default: the route's)\n"
@@ -289,12 +293,6 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
   }
   if (o.force_generic && o.force_native) {
     return Error{{}, "--generic and --native: give one XDP attach mode, or neither (automatic)"};
-  }
-  if (o.cpus.size() > 1) {
-    return Error{{},
-                 "--cpus " + FormatCpuList(o.cpus) +
-                     ": one fast-path worker per process for now, so give one CPU (N workers "
-                     "is #13's next step, docs/stack.md)"};
   }
   if (!rules_file.empty()) {
     if (!positional.empty()) {

@@ -239,7 +239,8 @@ struct Relay::Callbacks {
 
 Relay::Relay(const RelayConfig& config)
     : config_(config),
-      ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.flow_linger_ms}) {}
+      ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.worker_ports,
+                               config.flow_linger_ms}) {}
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct RelayConfig {
   RelayLimits limits;
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
   uint32_t worker = 0;                   // the worker this relay runs on (flow owner)
+  // FlowLedgerConfig's: this worker's share of backend_ports (N workers), empty for all.
+  std::function<std::vector<uint16_t>(in_addr source, const Endpoint& backend)> worker_ports;
   // How long a closed connection's flow entries stay. Legs leave no TIME_WAIT pcb behind
   // (lwip_pcb::Release), so a late segment meets a reset from lwIP or the kernel alike; the
   // linger only keeps segments still in flight at the close on one path. Short, because a

@@ -137,17 +137,28 @@ void HandoffRing::Commit() {
 }
 
 bool HandoffRing::Push(std::span<const uint8_t> packet, uint16_t tag) {
-  const auto len = static_cast<uint32_t>(packet.size());
-  if (packet.empty() || packet.size() > max_packet()) {
+  const std::span<const uint8_t> pieces[] = {packet};
+  return PushGather(pieces, tag);
+}
+
+bool HandoffRing::PushGather(std::span<const std::span<const uint8_t>> pieces, uint16_t tag) {
+  size_t len = 0;
+  for (const auto& piece : pieces) len += piece.size();
+  if (len == 0 || len > max_packet()) {
     control_->dropped_size.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  std::span<uint8_t> room = Reserve(len, tag);
+  std::span<uint8_t> room = Reserve(static_cast<uint32_t>(len), tag);
   if (room.empty()) {
     control_->dropped_full.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  std::memcpy(room.data(), packet.data(), len);
+  size_t at = 0;
+  for (const auto& piece : pieces) {
+    if (piece.empty()) continue;
+    std::memcpy(room.data() + at, piece.data(), piece.size());
+    at += piece.size();
+  }
   Commit();
   return true;
 }

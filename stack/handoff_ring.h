@@ -2,8 +2,7 @@
 // the worker whose rx queue a packet arrived on copies it in and frees its UMEM frame at once;
 // the flow's owner takes it out and feeds it to its own lwIP. The ring lives in memory the
 // caller gives (a SharedMemory made before the workers fork), so it works between processes
-// as between threads. Built and tested, not yet wired into the worker (docs/stack.md, "Next
-// step").
+// as between threads. stack/worker_handoff.h keeps one per ordered pair of workers.
 #pragma once
 
 #include <atomic>
@@ -57,6 +56,8 @@ class HandoffRing {
   // Copies `packet` in and publishes it; false when it was dropped (counted: no room, or
   // empty or too long). What the worker calls: a full ring must never stall a polling worker.
   bool Push(std::span<const uint8_t> packet, uint16_t tag);
+  // The same for a packet in pieces (a chain of UMEM frames), copied in one after another.
+  bool PushGather(std::span<const std::span<const uint8_t>> pieces, uint16_t tag);
 
   // Consumer. The oldest packet, valid until Pop(); nullopt when the ring is empty.
   std::optional<HandoffPacket> Peek();

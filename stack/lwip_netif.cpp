@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "os/endpoint.h"
+#include "xdp/steer_shared.h"
 
 extern "C" {
 #include "lwip/inet_chksum.h"
@@ -278,6 +279,20 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
     for (uint32_t i = 0; i < count; ++i) port.Release(frames[i].addr);
     return;
   }
+  if (handoff_ != nullptr) {
+    // The steering program stamps every frame it redirects with the flow's owner, just in
+    // front of the packet (copy mode copies the metadata too: tests/netns/rx_metadata_test).
+    // The magic tells a stamp from whatever an earlier packet left in the headroom; an
+    // unstamped frame is this worker's to serve.
+    steer_rx_meta meta;
+    std::memcpy(&meta, first.data - sizeof(meta), sizeof(meta));
+    if (meta.magic == STEER_RX_META_MAGIC && meta.owner != handoff_->self() &&
+        meta.owner < handoff_->workers()) {
+      (void)handoff_->Forward(meta.owner, frames, count, tag_);  // a drop is counted there
+      for (uint32_t i = 0; i < count; ++i) port.Release(frames[i].addr);
+      return;
+    }
+  }
   LearnFromSyn(first.data, first.len);
   pbuf* head = nullptr;
   for (uint32_t i = 0; i < count; ++i) {
@@ -295,6 +310,20 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
     }
   }
   ip4_input(head, netif_.get());  // consumes the chain whatever it decides
+}
+
+void LwipNetif::InputCopy(std::span<const uint8_t> frame) {
+  ++stats_.rx_copied;
+  if (frame.size() <= SIZEOF_ETH_HDR || frame.size() - SIZEOF_ETH_HDR > 0xffff) return;
+  LearnFromSyn(frame.data(), frame.size());
+  const auto len = static_cast<u16_t>(frame.size() - SIZEOF_ETH_HDR);
+  pbuf* p = pbuf_alloc(PBUF_RAW, len, PBUF_POOL);
+  if (p == nullptr) {
+    ++stats_.rx_copy_no_pool;
+    return;
+  }
+  pbuf_take(p, frame.data() + SIZEOF_ETH_HDR, len);
+  ip4_input(p, netif_.get());
 }
 
 uint32_t LwipNetif::Poll(uint32_t budget) {

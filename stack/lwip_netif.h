@@ -17,6 +17,7 @@
 #include "os/result.h"
 #include "stack/neighbor.h"
 #include "stack/next_hop_cache.h"
+#include "stack/worker_handoff.h"
 #include "stack/xsk_port.h"
 
 struct netif;
@@ -52,7 +53,9 @@ struct NetifStats {
   uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
   uint64_t tx_no_neighbor = 0;  // next hop not resolved yet: same
   uint64_t tx_oversize = 0;
-  uint64_t tx_chains = 0;  // packets longer than a TX frame, sent as a chain of frames
+  uint64_t tx_chains = 0;        // packets longer than a TX frame, sent as a chain of frames
+  uint64_t rx_copied = 0;        // packets other workers handed over (InputCopy)
+  uint64_t rx_copy_no_pool = 0;  // of those, dropped for want of a pool pbuf (TCP resends)
 };
 
 class LwipNetif {
@@ -69,6 +72,16 @@ class LwipNetif {
   // Feeds up to `budget` received frames from each port to lwIP, whole packets only (at least
   // kMaxRxChain, so that the longest chain fits); returns how many frames in all.
   uint32_t Poll(uint32_t budget = 64);
+  // N workers: a received packet whose steering metadata names another worker as its flow's
+  // owner goes to that worker through `handoff` (tagged `tag`, this netif's index in every
+  // worker's list) instead of into this lwIP. Unset: everything is this worker's.
+  void SetHandoff(WorkerHandoff* handoff, uint16_t tag) {
+    handoff_ = handoff;
+    tag_ = tag;
+  }
+  // A packet another worker received for one of this worker's flows (Ethernet header first):
+  // copied into pool pbufs and into lwIP.
+  void InputCopy(std::span<const uint8_t> frame);
   struct netif* get() {
     return netif_.get();
   }
@@ -102,6 +115,8 @@ class LwipNetif {
   uint32_t rx_pbufs_in_use_ = 0;
   NextHopCache next_hops_;
   NetifStats stats_;
+  WorkerHandoff* handoff_ = nullptr;
+  uint16_t tag_ = 0;
 };
 
 }  // namespace xdpfwd

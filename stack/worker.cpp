@@ -31,6 +31,13 @@ uint32_t LwipConnectionCapacity() { return (MEMP_NUM_TCP_PCB - 1024) / 2; }
 bool Worker::RunOnce() {
   uint32_t received = 0;
   for (LwipNetif* n : netifs_) received += n->Poll(64);
+  if (handoff_ != nullptr) {
+    received += handoff_->Poll(
+        [this](uint16_t tag, std::span<const uint8_t> frame) {
+          if (tag < netifs_.size()) netifs_[tag]->InputCopy(frame);
+        },
+        64);
+  }
   // Cheap: sys_now() is the iteration's clock (Run) or a vDSO read, checked against the
   // timer list's head.
   const bool timers_due = sys_timeouts_sleeptime() == 0;

@@ -11,6 +11,7 @@
 
 #include "os/result.h"
 #include "stack/lwip_netif.h"
+#include "stack/worker_handoff.h"
 
 namespace xdpfwd {
 
@@ -35,6 +36,9 @@ class Worker {
   // cpu < 0: do not pin.
   explicit Worker(int cpu) : cpu_(cpu) {}
   void Add(LwipNetif* netif) { netifs_.push_back(netif); }
+  // N workers: packets other workers hand over are taken from `handoff` every iteration and
+  // fed to the netif their tag names (its index in Add's order, the same in every worker).
+  void SetHandoff(WorkerHandoff* handoff) { handoff_ = handoff; }
 
   // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
   // runs once per iteration on this thread, for work that must touch lwIP, with the
@@ -53,6 +57,7 @@ class Worker {
  private:
   int cpu_;
   std::vector<LwipNetif*> netifs_;
+  WorkerHandoff* handoff_ = nullptr;
   WorkerStats stats_;
 };
 

@@ -235,9 +235,12 @@ static __always_inline int redirect_known_flow(struct xdp_md *ctx, __u32 owner)
 						  : STEER_REDIRECT_HANDOFF;
 	int action;
 
-	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
+	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_DROP);
+	/* No socket on this queue: its worker died and is being restarted.
+	 * The kernel would answer with a reset and end a connection another
+	 * worker serves; dropped, the peer sends it again. */
 	if (action != XDP_REDIRECT)
-		return decide(ctx, STEER_PASS_NO_SOCKET, XDP_PASS);
+		return decide(ctx, STEER_DROP_NO_SOCKET, XDP_DROP);
 	stamp_owner(ctx, owner);
 	return decide(ctx, reason, XDP_REDIRECT);
 }

@@ -334,6 +334,8 @@ std::string_view ReasonName(SteerReason reason) {
       return "pass_no_socket";
     case SteerReason::kRedirectHandoff:
       return "redirect_handoff";
+    case SteerReason::kDropNoSocket:
+      return "drop_no_socket";
   }
   return "unknown";
 }
@@ -531,6 +533,26 @@ size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
     ++reaped;
   }
   return reaped;
+}
+
+size_t SteerProgram::RemoveFlowsOwnedBy(uint32_t owner) {
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
+  std::vector<steer_flow_key> owned;
+  ForEachFlow(fd, [&](const steer_flow_key& k, const steer_flow& v) {
+    if (v.owner == owner) owned.push_back(k);
+  });
+  size_t removed = 0;
+  for (const steer_flow_key& k : owned) {
+    steer_flow v{};
+    if (bpf_map_lookup_and_delete_elem(fd, &k, &v) != 0) continue;  // gone meanwhile
+    if (v.owner != owner) {  // a new connection on the same 4-tuple since the scan
+      (void)bpf_map_update_elem(fd, &k, &v, BPF_NOEXIST);
+      continue;
+    }
+    if (v.origin == STEER_FLOW_FROM_SYN) std::atomic_ref(skel_->s->bss->syn_flows).fetch_sub(1);
+    ++removed;
+  }
+  return removed;
 }
 
 uint64_t SteerProgram::ClientFlowCount() const {

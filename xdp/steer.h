@@ -34,6 +34,7 @@ enum class SteerReason : uint32_t {
   kPassKernelOwns = STEER_PASS_KERNEL_OWNS,
   kPassNoSocket = STEER_PASS_NO_SOCKET,
   kRedirectHandoff = STEER_REDIRECT_HANDOFF,
+  kDropNoSocket = STEER_DROP_NO_SOCKET,
 };
 inline constexpr size_t kSteerReasonCount = STEER_NR_REASONS;
 
@@ -94,6 +95,9 @@ class SteerProgram final : public FlowTable {
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
   // giving their slots back to the client budget. Batched map reads; for a control thread.
   size_t ReapStrayFlows(uint64_t created_before_ns);
+  // Removes every flow `owner` serves (a worker that died: its connections are gone with its
+  // lwIP); their packets then reach the kernel, which resets them. For a control thread.
+  size_t RemoveFlowsOwnedBy(uint32_t owner);
   size_t FlowCount() const;
   // Client flows (inserted on SYNs) counted against the flow capacity.
   uint64_t ClientFlowCount() const;
@@ -101,7 +105,7 @@ class SteerProgram final : public FlowTable {
   Result<void> UnbindQueue(uint32_t queue);
   // Which worker serves rx queue `queue`: new flows arriving there are stamped with it, and a
   // known flow's packet there whose owner differs counts as redirect_handoff. Every queue is
-  // STEER_SOLE_WORKER's until this is called (N workers: docs/stack.md, not yet wired).
+  // STEER_SOLE_WORKER's until this is called (N workers: docs/stack.md).
   Result<void> SetQueueWorker(uint32_t queue, uint32_t worker);
   SteerCounters ReadCounters() const;
 

@@ -8,9 +8,9 @@
 
 #define STEER_PROG_NAME "xdpfwd_steer"
 #define STEER_MAX_QUEUES 64
-/* The worker a flow belongs to (steer_flow.owner). One worker per process serves every rx
- * queue of every interface today, so every queue maps to this one in steer_queue_workers (an
- * array map, zero-filled); N workers is the next step (docs/stack.md). */
+/* The worker a flow belongs to (steer_flow.owner) when one worker serves every rx queue: the
+ * zero-filled steer_queue_workers maps every queue to it. N workers: worker w serves the
+ * queues q with q mod N == w (docs/stack.md). */
 #define STEER_SOLE_WORKER 0
 #define STEER_MAX_LISTENERS 1024
 /* As many client flows as the fast path holds connections (FastPath::MaxConnections). */
@@ -94,7 +94,8 @@ enum steer_reason {
   STEER_PASS_KERNEL_OWNS = 11,     /* SYN whose 4-tuple a kernel socket already has */
   STEER_PASS_NO_SOCKET = 12,       /* no AF_XDP socket bound on this rx queue */
   STEER_REDIRECT_HANDOFF = 13,     /* known flow owned by another worker than this queue's */
-  STEER_NR_REASONS = 14,
+  STEER_DROP_NO_SOCKET = 14,       /* known flow, no socket on its queue (worker restarting) */
+  STEER_NR_REASONS = 15,
 };
 
 #endif /* XDPFWD_STEER_SHARED_H */

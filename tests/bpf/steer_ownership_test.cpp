@@ -182,13 +182,19 @@ TEST_F(SteerOwnershipTest, BackendReturnTrafficOnAnotherWorkersQueueIsHandedOff)
   ExpectStamped(RunOn(0, syn_ack, SteerReason::kRedirectHandoff), 2);
 }
 
-TEST_F(SteerOwnershipTest, AHandoffWithoutASocketOnTheQueuePassesUnstamped) {
+// A queue whose worker died has no socket until the worker is restarted. A known flow's packet
+// there is dropped (the peer resends it), never passed: the kernel has no socket for it and
+// would reset a connection another worker serves. A new SYN still passes to the kernel (auto
+// mode's kernel path may take it).
+TEST_F(SteerOwnershipTest, AKnownFlowWithoutASocketOnTheQueueIsDroppedNotPassed) {
   ASSERT_TRUE(prog_->SetQueueWorker(1, 1));
   ExpectStamped(RunOn(1, Syn(45000), SteerReason::kRedirectNewFlow), 1);
   ASSERT_TRUE(prog_->UnbindQueue(0));
-  const Outcome run = RunOn(0, Data(45000), SteerReason::kPassNoSocket);
-  EXPECT_EQ(run.action, XDP_PASS);
+  const Outcome run = RunOn(0, Data(45000), SteerReason::kDropNoSocket);
+  EXPECT_EQ(run.action, XDP_DROP);
   EXPECT_FALSE(run.meta.has_value());
+  const Outcome syn = RunOn(0, Syn(45001), SteerReason::kPassNoSocket);
+  EXPECT_EQ(syn.action, XDP_PASS);
 }
 
 TEST_F(SteerOwnershipTest, QueuesBeyondTheMapAreRefused) {

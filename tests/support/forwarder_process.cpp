@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace xdpfwd::test {
@@ -56,6 +57,8 @@ namespace {
 constexpr const char* kFastLine = "xdpfwd: fast path: accepted=";
 constexpr const char* kKernelLine = "xdpfwd: kernel path: accepted=";
 constexpr const char* kSteerLine = "xdpfwd: steering: ";
+// With N workers, one more line per worker: "xdpfwd: fast path worker 1: accepted=...".
+constexpr std::string_view kWorkerLine = "xdpfwd: fast path worker ";
 
 }  // namespace
 
@@ -75,6 +78,11 @@ std::map<std::string, uint64_t> ForwarderProcess::Stats() {
     if (line.rfind(kFastLine, 0) == 0) prefix = "fast.";
     if (line.rfind(kKernelLine, 0) == 0) prefix = "kernel.";
     if (line.rfind(kSteerLine, 0) == 0) prefix = "steer.";
+    if (line.rfind(kWorkerLine, 0) == 0) {
+      const size_t colon = line.find(':', kWorkerLine.size());
+      if (colon == std::string::npos) continue;
+      prefix = "worker." + line.substr(kWorkerLine.size(), colon - kWorkerLine.size()) + ".";
+    }
     if (prefix.empty()) continue;
     std::istringstream words(line);
     for (std::string w; words >> w;) {

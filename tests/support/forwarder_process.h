@@ -41,6 +41,10 @@ class ForwarderProcess {
   int Stop();
   pid_t pid() const { return child_->pid(); }
   const std::string& output() const { return child_->output(); }
+  // Waits until the output holds `needle`; false after `timeout`.
+  bool WaitForOutput(const std::string& needle, std::chrono::milliseconds timeout) {
+    return child_->WaitForLine(needle, timeout);
+  }
   // Resident memory of the process (VmRSS), in KiB.
   uint64_t RssKib() const;
   // Open file descriptors of the process.

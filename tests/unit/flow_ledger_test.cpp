@@ -41,7 +41,7 @@ class FlowLedgerTest : public ::testing::Test {
   }
 
   FlowLedgerConfig Config(std::vector<PortRange> ports = {{2000, 2009}}) {
-    return FlowLedgerConfig{std::move(ports), kWorker, kLingerMs, FakeClockNs};
+    return FlowLedgerConfig{std::move(ports), kWorker, {}, kLingerMs, FakeClockNs};
   }
 
   static FlowTuple Client(uint16_t port) {

@@ -1,0 +1,125 @@
+// The fast path's insides, shared by the control process (fast_path.cpp) and the worker
+// processes it forks (fast_path_worker.cpp); private to forwarder/. The control process finds
+// and attaches the interfaces, then forks one worker per CPU: each worker opens its own AF_XDP
+// ports on its queues and runs its own lwIP and relay, and talks to the control process only
+// through the SharedMemory below (its slot, and the handoff rings between workers).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "forwarder/fast_path.h"
+#include "forwarder/relay.h"
+#include "os/shared_memory.h"
+#include "stack/lwip_netif.h"
+#include "stack/rss.h"
+#include "stack/xsk_port.h"
+
+namespace xdpfwd {
+
+// One interface as the control process found and attached it.
+struct FastPathInterface {
+  std::string name;
+  int ifindex = 0;
+  in_addr addr{};                // the one address lwIP answers on here
+  in_addr gateway{};             // next hop for destinations that are not on-link (0: all on-link)
+  std::vector<in_addr> aliases;  // more local addresses (--backend-source)
+  uint32_t queues = 1;           // RX queues: worker w serves those with q mod N == w
+  std::unique_ptr<SteerProgram> steer;
+  XskPortConfig port_config;  // each worker sets the queue
+  LwipNetifConfig netif_config;
+  std::optional<RssTable> rss;  // the device's, where readable (not veth): backend ports
+  // What the start-up probe socket found, for the description.
+  bool zero_copy = false;
+  bool multi_buffer = false;
+  std::string tx_status;
+};
+
+enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };
+
+// The most (interface, queue) counts a worker publishes.
+inline constexpr uint32_t kMaxWorkerQueues = 256;
+
+// One worker's corner of the shared memory. The control process asks for numbers by raising
+// `wanted`; the worker writes them and then sets `published` to it (release), and writes
+// nothing more until asked again, so a reader that saw published == wanted (acquire) reads a
+// consistent set without a lock.
+struct WorkerSlot {
+  std::atomic<WorkerState> state;
+  std::atomic<bool> stop;  // set by the control process: reset connections, exit
+  std::atomic<uint64_t> wanted;
+  std::atomic<uint64_t> published;
+  FastPathCounters counters;
+  uint32_t queue_count;
+  struct QueueCount {
+    uint16_t iface;
+    uint16_t queue;
+    uint32_t pad;
+    uint64_t packets;
+  } queues[kMaxWorkerQueues];
+  char error[512];  // kFailed: why, for the control process's message
+};
+static_assert(std::atomic<WorkerState>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
+
+struct FastPath::Impl {
+  FastPathConfig config;
+  uint32_t workers = 1;
+  std::vector<int> cpus;  // one per worker, -1: not pinned
+  std::vector<std::unique_ptr<FastPathInterface>> ifaces;
+  std::vector<RelayRule> relay_rules;
+  std::vector<PortRange> backend_ports;
+  uint32_t max_connections_per_worker = 0;
+  pid_t control_pid = 0;
+
+  // Worker slots first (page-aligned), then the handoff rings (N > 1 only).
+  SharedMemory shared;
+  size_t slots_bytes = 0;
+  WorkerSlot& Slot(uint32_t w) const { return reinterpret_cast<WorkerSlot*>(shared.data())[w]; }
+  uint8_t* Rings() const { return shared.data() + slots_bytes; }
+  size_t RingsBytes() const { return shared.size() - slots_bytes; }
+
+  struct Child {
+    pid_t pid = -1;         // -1: not running (exited, being restarted)
+    FastPathCounters last;  // its numbers as last published, kept if it dies
+    std::vector<QueueRx> last_queues;
+  };
+  std::mutex mu;  // children, retired, snapshot requests
+  std::vector<Child> children;
+  FastPathCounters retired;  // what dead workers had counted (their gauges left out)
+  uint64_t restarts = 0;
+  FastPathSnapshot final_snapshot;
+  bool stopped = false;
+  std::string final_steer_line;
+
+  // The control thread: stray-flow reaping, watching the workers, restarting one that died.
+  std::thread monitor;
+  std::mutex monitor_mu;
+  std::condition_variable monitor_cv;
+  bool monitor_stop = false;  // under monitor_mu
+  std::atomic<uint64_t> stray_flows_reaped{0};
+
+  Result<void> Spawn(uint32_t w);  // fork worker w; its slot reset first
+  Result<void> WaitReady(uint32_t w, std::chrono::milliseconds limit);
+  void StopWorkers();
+  void Monitor();
+  void Restart(uint32_t w, int status);
+  FastPathSnapshot Collect(bool per_worker, std::vector<FastPathSnapshot>* each);
+  void CountFlows(FastPathSnapshot& s) const;
+};
+
+// The worker process's life after the fork: ports, lwIP, relay, the busy-poll loop until the
+// control process says stop (or is gone), then a clean teardown. Never returns.
+[[noreturn]] void RunWorkerProcess(FastPath::Impl& impl, uint32_t index);
+
+}  // namespace xdpfwd

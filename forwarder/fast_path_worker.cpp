@@ -1,0 +1,227 @@
+// A fast-path worker process (see fast_path_impl.h): forked by the control process, it serves
+// the RX queues q with q mod N == its index on every interface, with its own ports, lwIP and
+// relay, and publishes its numbers into its shared-memory slot when asked.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "forwarder/fast_path_impl.h"
+#include "os/clock.h"
+#include "os/log.h"
+#include "stack/worker.h"
+#include "stack/worker_handoff.h"
+
+extern "C" {
+#include "lwip/memp.h"
+#include "lwip/stats.h"
+}
+
+namespace xdpfwd {
+namespace {
+
+class WorkerProcess {
+ public:
+  WorkerProcess(FastPath::Impl& impl, uint32_t index)
+      : impl_(impl), index_(index), slot_(impl.Slot(index)), worker_(impl.cpus[index]) {}
+
+  Result<void> Setup();
+  void Run();
+  void Teardown();
+
+ private:
+  struct Port {
+    size_t iface;
+    std::unique_ptr<XskPort> port;
+  };
+  void Publish();
+  // The ports of `relay` config's worker_ports: this worker's share of each backend's ports.
+  std::vector<uint16_t> PortsToward(in_addr source, const Endpoint& backend) const;
+
+  FastPath::Impl& impl_;
+  const uint32_t index_;
+  WorkerSlot& slot_;
+  std::vector<Port> ports_;
+  std::vector<std::unique_ptr<LwipNetif>> netifs_;  // one per interface, impl_.ifaces' order
+  std::optional<WorkerHandoff> handoff_;
+  Worker worker_;
+  std::unique_ptr<Relay> relay_;
+  std::atomic<bool> stop_{false};
+};
+
+std::vector<uint16_t> WorkerProcess::PortsToward(in_addr source, const Endpoint& backend) const {
+  for (const auto& i : impl_.ifaces) {
+    if (!i->rss || (i->addr.s_addr != source.s_addr &&
+                    std::none_of(i->aliases.begin(), i->aliases.end(),
+                                 [&](in_addr a) { return a.s_addr == source.s_addr; }))) {
+      continue;
+    }
+    // The backend's replies land on the queue the device's RSS picks: ports whose replies
+    // land on one of ours make the handoff rare.
+    std::vector<uint32_t> mine;
+    for (uint32_t q = index_; q < i->queues; q += impl_.workers) mine.push_back(q);
+    auto ports =
+        PortsLandingOn(*i->rss, mine, source, backend.addr, backend.port, impl_.backend_ports);
+    if (!ports.empty()) return ports;
+  }
+  return SliceOfPorts(impl_.backend_ports, index_, impl_.workers);
+}
+
+Result<void> WorkerProcess::Setup() {
+  for (size_t k = 0; k < impl_.ifaces.size(); ++k) {
+    FastPathInterface& i = *impl_.ifaces[k];
+    for (uint32_t q = index_; q < i.queues; q += impl_.workers) {
+      XskPortConfig pc = i.port_config;
+      pc.queue = q;
+      auto port = XskPort::Open(pc);
+      if (!port) return port.error();
+      if (auto r = i.steer->BindQueue(q, (*port)->fd()); !r) return r.error();
+      ports_.push_back(Port{k, std::move(*port)});
+    }
+  }
+  InitLwipOnce();
+  if (impl_.workers > 1) {
+    auto h = WorkerHandoff::Attach(impl_.Rings(), impl_.RingsBytes(), impl_.workers, index_);
+    if (!h) return h.error();
+    handoff_ = std::move(*h);
+    worker_.SetHandoff(&*handoff_);
+  }
+  for (size_t k = 0; k < impl_.ifaces.size(); ++k) {
+    std::vector<XskPort*> mine;
+    for (Port& p : ports_) {
+      if (p.iface == k) mine.push_back(p.port.get());
+    }
+    auto netif = LwipNetif::Create(mine, impl_.ifaces[k]->netif_config);
+    if (!netif) return netif.error();
+    if (handoff_) (*netif)->SetHandoff(&*handoff_, static_cast<uint16_t>(k));
+    netifs_.push_back(std::move(*netif));
+    worker_.Add(netifs_.back().get());
+  }
+  RelayConfig rc;
+  rc.rules = impl_.relay_rules;
+  rc.limits = impl_.config.limits;
+  rc.limits.max_connections = impl_.max_connections_per_worker;
+  rc.backend_ports = impl_.backend_ports;
+  rc.worker = index_;
+  if (impl_.workers > 1) {
+    rc.worker_ports = [this](in_addr source, const Endpoint& backend) {
+      return PortsToward(source, backend);
+    };
+  }
+  auto r = Relay::Create(rc);
+  if (!r) return r.error();
+  relay_ = std::move(*r);
+  return {};
+}
+
+void WorkerProcess::Publish() {
+  FastPathCounters& s = slot_.counters;
+  s = FastPathCounters{};
+  s.relay = relay_->counters().Snapshot();
+  const RelayState st = relay_->state();
+  s.connections = st.connections;
+  s.closing_flows = st.closing_flows;
+  s.oow_acks = st.oow_acks;
+  s.oow_acks_limited = st.oow_acks_limited;
+  s.ooseq_dropped = st.ooseq_dropped;
+  for (auto& n : netifs_) {
+    s.tx_no_neighbor += n->stats().tx_no_neighbor;
+    s.tx_chains += n->stats().tx_chains;
+    s.rx_copied += n->stats().rx_copied;
+    s.next_hops += n->next_hops().size();
+  }
+  uint32_t queues = 0;
+  for (Port& p : ports_) {
+    const FrameAccount f = p.port->frames();
+    s.frames_held += f.held;
+    const XskStats x = p.port->stats();
+    s.rx_packets += x.rx_packets;
+    s.rx_frames += x.rx_descriptors;
+    s.rx_chains += x.rx_chains;
+    s.rx_chains_dropped += x.rx_chains_dropped;
+    s.tx_packets += x.tx_packets;
+    s.tx_kicks += x.tx_kicks;
+    s.tx_checksum_offloaded += x.tx_checksum_offloaded;
+    s.xsk_rx_dropped += x.kernel_rx_dropped;
+    s.xsk_rx_ring_full += x.kernel_rx_ring_full;
+    s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
+    if (queues < kMaxWorkerQueues) {
+      slot_.queues[queues++] = WorkerSlot::QueueCount{
+          static_cast<uint16_t>(p.iface), static_cast<uint16_t>(p.port->queue()), 0, x.rx_packets};
+    }
+  }
+  slot_.queue_count = queues;
+  s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
+  s.lwip_heap_bytes = lwip_stats.mem.used;
+  const WorkerStats w = worker_.stats();
+  s.minor_faults = w.minor_faults;
+  s.involuntary_switches = w.involuntary_switches;
+  s.worker_busy_ns = w.busy_ns;
+  s.worker_iterations = w.iterations;
+  s.lwip_retransmits = w.lwip_tcp_retransmits;
+  s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
+  s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
+  // Release: the numbers above are written before the control process may read them.
+  slot_.published.store(slot_.wanted.load(std::memory_order_relaxed), std::memory_order_release);
+}
+
+void WorkerProcess::Run() {
+  // The control process is this one's parent; if it is gone (killed), nobody will say stop.
+  // getppid() is a syscall, so it is asked four times a second, not per iteration.
+  uint64_t next_parent_check_ns = 0;
+  auto r = worker_.Run(stop_, [this, &next_parent_check_ns](uint64_t now_ns) {
+    const bool worked = relay_->Tick(now_ns / 1'000'000u);
+    if (slot_.wanted.load(std::memory_order_acquire) !=
+        slot_.published.load(std::memory_order_relaxed)) {
+      Publish();
+    }
+    if (slot_.stop.load(std::memory_order_relaxed)) stop_.store(true, std::memory_order_relaxed);
+    if (now_ns >= next_parent_check_ns) {
+      next_parent_check_ns = now_ns + 250'000'000u;
+      if (getppid() != impl_.control_pid) {
+        Log("worker " + std::to_string(index_) + ": the control process is gone; stopping");
+        stop_.store(true, std::memory_order_relaxed);
+      }
+    }
+    return worked;
+  });
+  if (!r) Log("worker " + std::to_string(index_) + ": " + r.error().message());
+}
+
+void WorkerProcess::Teardown() {
+  if (relay_) {
+    relay_.reset();  // resets open connections: let the RSTs go out
+    for (int i = 0; i < 3; ++i) worker_.RunOnce();
+    worker_.Drain();
+  }
+  for (Port& p : ports_) (void)impl_.ifaces[p.iface]->steer->UnbindQueue(p.port->queue());
+  netifs_.clear();
+  ports_.clear();
+}
+
+}  // namespace
+
+void RunWorkerProcess(FastPath::Impl& impl, uint32_t index) {
+  WorkerSlot& slot = impl.Slot(index);
+  // Built in place and never destroyed by the normal exit path: _exit below skips the
+  // destructors of everything this process inherited from the control process (its XDP
+  // attachments above all, which must outlive any one worker).
+  auto* w = new WorkerProcess(impl, index);
+  if (auto r = w->Setup(); !r) {
+    w->Teardown();
+    const std::string why = r.error().message();
+    const size_t n = std::min(why.size(), sizeof(slot.error) - 1);
+    std::memcpy(slot.error, why.data(), n);
+    slot.error[n] = '\0';
+    slot.state.store(WorkerState::kFailed, std::memory_order_release);
+    _exit(1);
+  }
+  slot.state.store(WorkerState::kReady, std::memory_order_release);
+  w->Run();
+  w->Teardown();
+  slot.state.store(WorkerState::kExited, std::memory_order_release);
+  std::fflush(stderr);
+  _exit(0);
+}
+
+}  // namespace xdpfwd
