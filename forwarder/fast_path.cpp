@@ -199,6 +199,7 @@ Result<void> FastPath::Impl::Spawn(uint32_t w) {
   slot.state.store(WorkerState::kStarting, std::memory_order_relaxed);
   slot.stop.store(false, std::memory_order_relaxed);
   slot.error[0] = '\0';
+  slot.heartbeat.store(0, std::memory_order_relaxed);
   slot.published.store(slot.wanted.load(std::memory_order_relaxed), std::memory_order_relaxed);
   std::fflush(stderr);
   const pid_t pid = fork();
@@ -206,6 +207,8 @@ Result<void> FastPath::Impl::Spawn(uint32_t w) {
   if (pid == 0) RunWorkerProcess(*this, w);
   std::lock_guard lock(mu);
   children[w].pid = pid;
+  children[w].heartbeat = 0;  // the watchdog counts from the start
+  children[w].moved = std::chrono::steady_clock::now();
   return {};
 }
 
@@ -294,6 +297,33 @@ void FastPath::Impl::Restart(uint32_t w, int status) {
   Log("fast path: worker " + std::to_string(w) + " serves its queues again");
 }
 
+// A stopped worker (SIGSTOP, a debugger) or a wedged one serves nothing, and the other
+// workers' packets that land on its queues wait with it: killed, it is restarted like a dead
+// one and only its own connections are lost.
+void FastPath::Impl::Watch(uint32_t w) {
+  if (config.watchdog.count() == 0) return;
+  pid_t pid;
+  {
+    std::lock_guard lock(mu);
+    pid = children[w].pid;
+  }
+  if (pid <= 0 || Slot(w).state.load(std::memory_order_acquire) != WorkerState::kReady) return;
+  const uint64_t beat = Slot(w).heartbeat.load(std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  Child& c = children[w];  // heartbeat and moved: this thread's only
+  if (beat != c.heartbeat) {
+    c.heartbeat = beat;
+    c.moved = now;
+    return;
+  }
+  if (now - c.moved < config.watchdog) return;
+  Log("fast path: worker " + std::to_string(w) + " (pid " + std::to_string(pid) +
+      ") made no progress for " + std::to_string(config.watchdog.count()) +
+      " ms (stopped or wedged; --watchdog): killing it");
+  kill(pid, SIGKILL);
+  c.moved = now;  // reaped and restarted by the next round
+}
+
 // A client flow whose handshake has not completed within lwIP's SYN_RCVD timeout never will:
 // lwIP has dropped its half-open pcb (a later SYN from the client starts over). One second of
 // margin keeps the reaper from racing a handshake that completes at the last moment.
@@ -318,6 +348,8 @@ void FastPath::Impl::Monitor() {
           children[w].pid = -1;
         }
         Restart(w, status);
+      } else {
+        Watch(w);
       }
     }
     const uint64_t now = MonotonicNs();

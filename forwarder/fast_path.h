@@ -8,6 +8,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +29,9 @@ struct FastPathConfig {
   // One worker per CPU, pinned; empty: as many unpinned workers as the interface with the
   // fewest RX queues has (one on single-queue devices).
   std::vector<int> cpus;
+  // A worker whose loop makes no progress this long (stopped by a signal or a debugger,
+  // wedged) is killed and restarted like one that died; 0: never.
+  std::chrono::milliseconds watchdog{5000};
   std::string listen_iface;              // empty: the interface holding the listen address
   std::string backend_iface;             // empty: the kernel's route to the backend
   PortRange backend_ports;               // automatic: DefaultBackendPorts

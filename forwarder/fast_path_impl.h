@@ -59,6 +59,7 @@ struct WorkerSlot {
   std::atomic<bool> stop;  // set by the control process: reset connections, exit
   std::atomic<uint64_t> wanted;
   std::atomic<uint64_t> published;
+  std::atomic<uint64_t> heartbeat;  // the worker's clock at its last iteration (the watchdog's)
   FastPathCounters counters;
   uint32_t queue_count;
   struct QueueCount {
@@ -93,6 +94,8 @@ struct FastPath::Impl {
     pid_t pid = -1;         // -1: not running (exited, being restarted)
     FastPathCounters last;  // its numbers as last published, kept if it dies
     std::vector<QueueRx> last_queues;
+    uint64_t heartbeat = 0;  // the watchdog's last reading, and when it last moved
+    std::chrono::steady_clock::time_point moved;
   };
   std::mutex mu;  // children, retired, snapshot requests
   std::vector<Child> children;
@@ -114,6 +117,7 @@ struct FastPath::Impl {
   void StopWorkers();
   void Monitor();
   void Restart(uint32_t w, int status);
+  void Watch(uint32_t w);  // kills worker w if its heartbeat stood still past the watchdog
   FastPathSnapshot Collect(bool per_worker, std::vector<FastPathSnapshot>* each);
   void CountFlows(FastPathSnapshot& s) const;
 };

@@ -171,6 +171,7 @@ void WorkerProcess::Run() {
   uint64_t next_parent_check_ns = 0;
   auto r = worker_.Run(stop_, [this, &next_parent_check_ns](uint64_t now_ns) {
     const bool worked = relay_->Tick(now_ns / 1'000'000u);
+    slot_.heartbeat.store(now_ns, std::memory_order_relaxed);
     if (slot_.wanted.load(std::memory_order_acquire) !=
         slot_.published.load(std::memory_order_relaxed)) {
       Publish();

@@ -92,6 +92,7 @@ int Run(const Options& o) {
     fc.limits = o.limits;
     fc.max_connections = o.max_connections;
     fc.cpus = o.cpus;
+    fc.watchdog = o.watchdog;
     fc.listen_iface = o.listen_iface;
     fc.backend_iface = o.backend_iface;
     fc.backend_ports = o.backend_ports;

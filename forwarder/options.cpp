@@ -53,6 +53,9 @@ const char* Usage() {
          "                           serving RX queues q with q mod N = w (every interface\n"
          "                           needs N queues). Default: one unpinned worker per RX\n"
          "                           queue of the interface with fewest (--cpu N: the same)\n"
+         "  --watchdog DUR           a fast-path worker that makes no progress this long\n"
+         "                           (stopped, wedged) is killed and restarted: its own\n"
+         "                           connections are lost, no other's (default 5s; 0: never)\n"
          "  --threads N              kernel path event-loop threads (default: one per CPU)\n"
          "  --connect-timeout DUR    backend handshake limit (default 5s); DUR: 5s, 250ms, 2m\n"
          "  --idle-timeout DUR       reset connections idle this long (default: never)\n"
@@ -201,6 +204,11 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       auto n = ParseNumber<int>(a, *v, 1, 1024);
       if (!n) return n.error();
       o.kernel_threads = *n;
+    } else if (a == "--watchdog") {
+      XDPFWD_VALUE(v);
+      auto d = ParseDuration(*v);
+      if (!d) return Error{{}, a + ": " + d.error().message()};
+      o.watchdog = *d;
     } else if (a == "--connect-timeout" || a == "--idle-timeout" || a == "--stall-timeout") {
       XDPFWD_VALUE(v);
       auto d = ParseDuration(*v);

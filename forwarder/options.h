@@ -23,9 +23,10 @@ struct Options {
   std::vector<Rule> rules;
   PathChoice path = PathChoice::kAuto;
   RelayLimits limits;
-  // --cpus (or --cpu): cores for fast-path workers, ascending; empty: not pinned. One worker per
-  // process for now, so at most one CPU unless --path kernel (which pins nothing).
+  // --cpus (or --cpu): cores for fast-path workers, one worker process each, ascending; empty:
+  // one unpinned worker per RX queue (FastPathConfig::cpus).
   std::vector<int> cpus;
+  std::chrono::milliseconds watchdog{5000};  // FastPathConfig::watchdog
   int kernel_threads = 0;
   bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
   bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping

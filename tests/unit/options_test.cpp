@@ -169,6 +169,20 @@ TEST(StallTimeoutOption, DefaultTwoMinutesZeroTurnsItOff) {
   EXPECT_NE(std::string(Usage()).find("--stall-timeout DUR"), std::string::npos);
 }
 
+TEST(WatchdogOption, DefaultFiveSecondsZeroTurnsItOff) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_EQ(unset->watchdog, std::chrono::seconds(5));
+  auto set = Parse({"--watchdog", "1s"});
+  ASSERT_TRUE(set) << set.error().message();
+  EXPECT_EQ(set->watchdog, std::chrono::seconds(1));
+  auto off = Parse({"--watchdog", "0"});
+  ASSERT_TRUE(off) << off.error().message();
+  EXPECT_EQ(off->watchdog.count(), 0);
+  EXPECT_EQ(ErrorOf({"--watchdog", "soon"}).rfind("--watchdog: ", 0), 0u);
+  EXPECT_NE(std::string(Usage()).find("--watchdog DUR"), std::string::npos);
+}
+
 TEST(LocalPorts, RangeLessReservedPorts) {
   auto p = kernel_path::ParseLocalPorts("32768\t60999\n", "\n");
   ASSERT_TRUE(p) << p.error().message();
