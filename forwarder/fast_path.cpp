@@ -524,7 +524,17 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     const int usable =
         sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
     impl->workers = std::clamp<uint32_t>(static_cast<uint32_t>(usable), 1, fewest);
-    impl->cpus.assign(impl->workers, -1);
+    // Pinned to the least busy of them over a short sample: a spinning worker that migrates
+    // takes its caches along and lands beside whatever else runs.
+    std::vector<int> candidates;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) candidates.push_back(c);
+    }
+    const auto before = ReadCpuTimes();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    impl->cpus = LeastBusyCpus(candidates, impl->workers, before, ReadCpuTimes());
+    impl->cpus_chosen = true;
+    if (impl->cpus.size() != impl->workers) impl->cpus.assign(impl->workers, -1);
   } else {
     impl->workers = static_cast<uint32_t>(config.cpus.size());
     impl->cpus = config.cpus;
@@ -625,6 +635,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   const bool pinned = m.cpus.front() >= 0;
   d += pinned ? " on CPU" + std::string(m.workers == 1 ? " " : "s ") + FormatCpuList(m.cpus)
               : " (not pinned)";
+  if (pinned && m.cpus_chosen) d += " (the least busy; --cpus to choose)";
   d += "; up to " + std::to_string(uint64_t{m.max_connections_per_worker} * m.workers) +
        " connections, " + std::to_string(config.steer.flow_capacity) + " client flows";
   fp->description_ = d;

@@ -26,8 +26,9 @@ namespace xdpfwd {
 struct FastPathConfig {
   std::vector<Rule> rules;  // IPv4 rules with a concrete listen address
   RelayLimits limits;
-  // One worker per CPU, pinned; empty: as many unpinned workers as the interface with the
-  // fewest RX queues has (one on single-queue devices).
+  // One worker per CPU, pinned; empty: as many workers as the interface with the fewest RX
+  // queues has (one on single-queue devices), at most the CPUs usable, pinned to the least
+  // busy of those.
   std::vector<int> cpus;
   // A worker whose loop makes no progress this long (stopped by a signal or a debugger,
   // wedged) is killed and restarted like one that died; 0: never.

@@ -76,7 +76,8 @@ static_assert(std::atomic<WorkerState>::is_always_lock_free &&
 struct FastPath::Impl {
   FastPathConfig config;
   uint32_t workers = 1;
-  std::vector<int> cpus;  // one per worker, -1: not pinned
+  std::vector<int> cpus;     // one per worker, -1: not pinned
+  bool cpus_chosen = false;  // picked by xdpfwd (the least busy), not given with --cpus
   std::vector<std::unique_ptr<FastPathInterface>> ifaces;
   std::vector<RelayRule> relay_rules;
   std::vector<PortRange> backend_ports;

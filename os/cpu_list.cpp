@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
+#include <sstream>
 
 namespace xdpfwd {
 namespace {
@@ -73,6 +75,61 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
     if (j > i) out += "-" + std::to_string(sorted[j]);
     i = j + 1;
   }
+  return out;
+}
+
+std::map<int, CpuTimes> ParseCpuTimes(std::string_view text) {
+  std::map<int, CpuTimes> out;
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] < '0' || line[3] > '9') continue;
+    line.remove_prefix(3);
+    int cpu = -1;
+    auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), cpu);
+    if (ec != std::errc()) continue;
+    // user nice system idle iowait irq softirq steal ...
+    CpuTimes t;
+    const char* end = line.data() + line.size();
+    for (int field = 0; p < end; ++field) {
+      while (p < end && *p == ' ') ++p;
+      uint64_t v = 0;
+      auto r = std::from_chars(p, end, v);
+      if (r.ec != std::errc()) break;
+      p = r.ptr;
+      t.total += v;
+      if (field != 3 && field != 4) t.busy += v;
+    }
+    out[cpu] = t;
+  }
+  return out;
+}
+
+std::map<int, CpuTimes> ReadCpuTimes() {
+  std::ifstream f("/proc/stat");
+  std::stringstream text;
+  text << f.rdbuf();
+  return ParseCpuTimes(text.str());
+}
+
+std::vector<int> LeastBusyCpus(const std::vector<int>& allowed, size_t n,
+                               const std::map<int, CpuTimes>& before,
+                               const std::map<int, CpuTimes>& after) {
+  std::vector<std::pair<double, int>> ranked;
+  for (int cpu : allowed) {
+    double busy = 1.0;
+    auto b = before.find(cpu), a = after.find(cpu);
+    if (b != before.end() && a != after.end() && a->second.total > b->second.total) {
+      busy = static_cast<double>(a->second.busy - b->second.busy) /
+             static_cast<double>(a->second.total - b->second.total);
+    }
+    ranked.push_back({busy, cpu});
+  }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<int> out;
+  for (size_t i = 0; i < std::min(n, ranked.size()); ++i) out.push_back(ranked[i].second);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

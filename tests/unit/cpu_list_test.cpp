@@ -49,3 +49,35 @@ TEST(CpuListTest, FormatsTheShortestForm) {
 
 }  // namespace
 }  // namespace xdpfwd
+
+namespace xdpfwd {
+namespace {
+
+// /proc/stat as the kernel writes it: the aggregate "cpu" line is not a CPU; idle (4th) and
+// iowait (5th) are not busy.
+TEST(CpuTimesTest, BusyIsEverythingButIdleAndIowait) {
+  const auto t = ParseCpuTimes(
+      "cpu  10 0 10 100 5 0 0 0 0 0\n"
+      "cpu0 1 2 3 40 5 6 7 8 0 0\n"
+      "cpu1 0 0 0 70 0 0 0 0 0 0\n"
+      "intr 12345\n");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.at(0).busy, 1u + 2 + 3 + 6 + 7 + 8);
+  EXPECT_EQ(t.at(0).total, 1u + 2 + 3 + 40 + 5 + 6 + 7 + 8);
+  EXPECT_EQ(t.at(1).busy, 0u);
+}
+
+TEST(CpuTimesTest, LeastBusyAmongTheAllowedAscending) {
+  const std::map<int, CpuTimes> before{{0, {0, 0}}, {1, {0, 0}}, {2, {0, 0}}, {3, {0, 0}}};
+  const std::map<int, CpuTimes> after{
+      {0, {90, 100}}, {1, {10, 100}}, {2, {50, 100}}, {3, {5, 100}}};
+  EXPECT_EQ(LeastBusyCpus({0, 1, 2, 3}, 2, before, after), (std::vector<int>{1, 3}));
+  EXPECT_EQ(LeastBusyCpus({0, 2}, 1, before, after), std::vector<int>{2}) << "only the allowed";
+  // Unknown to a reading: counted as fully busy, so it comes last; ties: the lower number.
+  EXPECT_EQ(LeastBusyCpus({0, 7}, 1, before, after), std::vector<int>{0});
+  EXPECT_EQ(LeastBusyCpus({5, 7}, 1, before, after), std::vector<int>{5});
+  EXPECT_EQ(LeastBusyCpus({1, 3}, 5, before, after), (std::vector<int>{1, 3})) << "n > allowed";
+}
+
+}  // namespace
+}  // namespace xdpfwd
