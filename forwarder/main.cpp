@@ -2,6 +2,7 @@
 // SIGUSR1 and every --stats-interval, and on SIGINT/SIGTERM stops cleanly (connections reset,
 // XDP detached, flow entries removed) with a summary.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -41,7 +42,11 @@ void LogIsolation(const FastPath* fast, const KernelPath* kernel) {
         {std::to_string(kernel->threads()) + " busy-polling kernel-path thread(s)", -1});
   }
   if (spinning.empty()) return;
-  const IsolationReport r = ReportIsolation(ReadIsolationFacts(), spinning);
+  std::vector<int> own{static_cast<int>(getpid())};
+  if (fast != nullptr) {
+    for (int pid : fast->worker_pids()) own.push_back(pid);
+  }
+  const IsolationReport r = ReportIsolation(ReadIsolationFacts(own), spinning);
   for (const std::string& line : r.lines) Log("isolation: " + line);
   for (const std::string& warning : r.warnings) Log("isolation warning: " + warning);
 }

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "os/cpu_list.h"
 
@@ -34,7 +35,29 @@ bool Contains(const std::optional<std::vector<int>>& list, int cpu) {
 
 }  // namespace
 
-IsolationFacts ReadIsolationFacts() {
+std::optional<std::pair<std::string, int>> ParseTaskStat(const std::string& line) {
+  // "pid (comm) state ppid ..." where comm may hold spaces and parentheses: it ends at the last
+  // ')'. From there fields are numbered from 3 (state): flags is field 9, processor field 39.
+  const size_t open = line.find('(');
+  const size_t close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  unsigned long flags = 0;
+  int cpu = -1;
+  for (int n = 3; rest >> field; ++n) {
+    if (n == 9) flags = std::strtoul(field.c_str(), nullptr, 10);
+    if (n == 39) {
+      cpu = std::atoi(field.c_str());
+      break;
+    }
+  }
+  constexpr unsigned long kPfKthread = 0x00200000;  // include/linux/sched.h
+  if (cpu < 0 || (flags & kPfKthread) != 0) return std::nullopt;
+  return std::make_pair(line.substr(open + 1, close - open - 1), cpu);
+}
+
+IsolationFacts ReadIsolationFacts(const std::vector<int>& own) {
   IsolationFacts f;
   f.isolated = ReadFile("/sys/devices/system/cpu/isolated");
   f.nohz_full = ReadFile("/sys/devices/system/cpu/nohz_full", &f.nohz_full_known);
@@ -44,6 +67,17 @@ IsolationFacts ReadIsolationFacts() {
     bool found = false;
     std::string list = ReadFile((e.path() / "smp_affinity_list").string(), &found);
     if (found) f.irq_affinities.push_back(std::move(list));
+  }
+  for (const auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = p.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::find(own.begin(), own.end(), std::atoi(pid.c_str())) != own.end()) continue;
+    std::error_code tec;
+    for (const auto& t : std::filesystem::directory_iterator(p.path() / "task", tec)) {
+      if (auto task = ParseTaskStat(ReadFile((t.path() / "stat").string()))) {
+        f.tasks_by_cpu[task->second].push_back(task->first);
+      }
+    }
   }
   return f;
 }
@@ -82,6 +116,18 @@ IsolationReport ReportIsolation(const IsolationFacts& facts,
                                 : "nohz_full unknown") +
         ", " + std::to_string(irqs) + " of " + std::to_string(readable) +
         " IRQs may be delivered there";
+    if (auto others = facts.tasks_by_cpu.find(cpu); others != facts.tasks_by_cpu.end()) {
+      std::vector<std::string> seen = others->second;
+      std::sort(seen.begin(), seen.end());
+      seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+      std::string some;
+      for (size_t k = 0; k < std::min<size_t>(seen.size(), 3); ++k) {
+        some += (k == 0 ? "" : ", ") + seen[k];
+      }
+      if (seen.size() > 3) some += ", ...";
+      line += ", " + std::to_string(others->second.size()) + " other task(s) last ran there (" +
+              some + ")";
+    }
     if (!iso || irqs > 0) line += " (docs/tuning.md says how to give it the core alone)";
     r.lines.push_back(line);
     if (names.size() > 1) {

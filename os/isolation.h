@@ -4,7 +4,10 @@
 // core. The report is built from the files' contents, so it is testable without the machine.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xdpfwd {
@@ -15,10 +18,18 @@ struct IsolationFacts {
   std::string nohz_full;  // /sys/devices/system/cpu/nohz_full; absent without CONFIG_NO_HZ_FULL
   bool nohz_full_known = true;
   std::vector<std::string> irq_affinities;  // /proc/irq/*/smp_affinity_list, one per IRQ
+  // Other user-space tasks by the CPU they last ran on (/proc/*/task/*/stat, field 39), kernel
+  // threads and the caller's own processes left out: what else the scheduler puts there.
+  std::map<int, std::vector<std::string>> tasks_by_cpu;
 };
 
+// One /proc/PID/task/TID/stat line: the task's name and the CPU it last ran on, or nullopt for a
+// kernel thread (PF_KTHREAD in its flags) or a line that does not parse.
+std::optional<std::pair<std::string, int>> ParseTaskStat(const std::string& line);
+
 // Reads the files above (missing ones read as empty; nohz_full_known false without the file).
-IsolationFacts ReadIsolationFacts();
+// Tasks of the processes in `own` (xdpfwd and its workers) are not counted.
+IsolationFacts ReadIsolationFacts(const std::vector<int>& own = {});
 
 // A thread that never sleeps: a fast-path worker, or a busy-polling kernel-path thread.
 struct SpinningThread {

@@ -77,3 +77,38 @@ TEST(IsolationTest, WarnsOfUnpinnedSpinners) {
 
 }  // namespace
 }  // namespace xdpfwd
+
+namespace xdpfwd {
+namespace {
+
+TEST(IsolationTaskTest, ReadsTheNameAndLastCpuAndSkipsKernelThreads) {
+  // A user task on CPU 1 whose name holds a space and a parenthesis; fields 3-39 follow.
+  std::string user = "4242 (my (odd) app) S";
+  for (int n = 4; n <= 38; ++n) user += n == 9 ? " 4194560" : " 0";
+  user += " 1 0 0";
+  const auto task = ParseTaskStat(user);
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->first, "my (odd) app");
+  EXPECT_EQ(task->second, 1);
+  std::string kthread = "12 (ksoftirqd/1) S";
+  for (int n = 4; n <= 38; ++n) kthread += n == 9 ? " 69238848" : " 0";  // PF_KTHREAD set
+  kthread += " 1 0 0";
+  EXPECT_FALSE(ParseTaskStat(kthread).has_value());
+  EXPECT_FALSE(ParseTaskStat("garbage").has_value());
+}
+
+TEST(IsolationTaskTest, OtherTasksOnAWorkersCoreAreNamed) {
+  IsolationFacts f;
+  f.isolated = "\n";
+  f.tasks_by_cpu[2] = {"sshd", "bash", "bash", "cron", "top"};
+  f.tasks_by_cpu[3] = {"elsewhere"};
+  const IsolationReport r = ReportIsolation(f, {{"fast-path worker 0", 2}});
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_NE(r.lines[0].find("5 other task(s) last ran there (bash, cron, sshd, ...)"),
+            std::string::npos)
+      << r.lines[0];
+  EXPECT_EQ(r.lines[0].find("elsewhere"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdpfwd
