@@ -115,15 +115,15 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   auto known_driver = InterfaceDriver(i.name);
   const std::string driver = known_driver ? *known_driver : std::string();
   if (config.choose_xdp_mode && PreferGenericXdp(driver, i.multi_buffer)) {
-    if (impl.workers > 1 && driver == "veth") {
-      // Measured (tests/netns/multi_queue_test): generic XDP on a veth reads the sender's TX
-      // queue k as RX queue k-1 (queue 0 for k = 0), so the last queue's worker would get
-      // nothing. Native mode spreads flows over every queue.
-      so.force_generic = false;
-    } else {
-      so.force_generic = true;
-      so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
-    }
+    so.force_generic = true;
+    so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
+  }
+  if (impl.workers > 1 && driver == "veth" && so.force_generic) {
+    // Generic XDP on a veth reads the sender's TX queue k as RX queue k-1 (queue 0 for k = 0):
+    // the last queue gets nothing, queue 0 twice its share (tests/netns/multi_queue_test). New
+    // flows are therefore shared out by a hash of their 4-tuple, and the worker that receives
+    // a packet hands it to the owner.
+    so.hash_owners = impl.workers;
   }
   auto steer = SteerProgram::Attach(i.name, so);
   if (!steer) return steer.error();

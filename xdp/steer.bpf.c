@@ -45,6 +45,11 @@ __u64 syn_flows = 0;
  * live xdpfwd from a stale one. Userspace finds it through the .rodata map's
  * BTF. */
 const volatile struct steer_owner steer_owner_info = {};
+/* N workers whose rx queues do not spread flows (generic XDP on veth puts
+ * them on few queues): a new client flow's owner is a hash of its 4-tuple
+ * mod N instead of its queue's worker, and the worker that receives it hands
+ * it over. 0: the queue's worker owns it. */
+const volatile __u32 hash_owner_workers = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -200,6 +205,16 @@ static __always_inline struct steer_listener *find_listener(__be32 addr,
 }
 
 /* Per-queue ownership: which worker serves this rx queue. */
+/* Spreads 4-tuples over workers: a multiplicative mix of the addresses and
+ * ports (the high bits of the product are the well-mixed ones). */
+static __always_inline __u32 flow_hash(const struct steer_flow_key *key)
+{
+	__u32 h = key->saddr ^ key->daddr ^
+		  ((__u32)key->sport << 16 | (__u32)key->dport);
+
+	return (h * 0x9e3779b1u) >> 16;
+}
+
 static __always_inline __u32 queue_worker(struct xdp_md *ctx)
 {
 	__u32 queue = ctx->rx_queue_index;
@@ -325,7 +340,8 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	if (syn_flows >= syn_flow_budget)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 
-	flow.owner = queue_worker(ctx); /* the SYN's queue takes the client */
+	flow.owner = hash_owner_workers ? flow_hash(&key) % hash_owner_workers
+					: queue_worker(ctx); /* the SYN's queue's */
 	flow.rule_id = listener->rule_id;
 	flow.created_ns = bpf_ktime_get_ns();
 	flow.origin = STEER_FLOW_FROM_SYN;

@@ -359,6 +359,7 @@ Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& opt
     s->rodata->steer_owner_info.pid = static_cast<uint32_t>(getpid());
     s->rodata->steer_owner_info.start_time = ProcessStartTime(getpid());
     s->rodata->syn_flow_budget = options.flow_capacity;
+    s->rodata->hash_owner_workers = options.hash_owners;
     if (int err = bpf_map__set_max_entries(s->maps.steer_flows, FlowMapEntries(options))) {
       return err;
     }

@@ -58,6 +58,10 @@ struct SteerOptions {
   // Why generic mode was chosen (force_generic), for the log and why_generic(); empty: the user
   // asked for it.
   std::string generic_reason;
+  // N > 0: a new client flow's owner is a hash of its 4-tuple mod N, not its rx queue's worker
+  // (generic XDP on an N-queue veth leaves queues empty: the flows are shared out all the
+  // same, by handoff). 0: the queue's worker.
+  uint32_t hash_owners = 0;
 };
 
 class SteerProgram final : public FlowTable {
