@@ -129,7 +129,7 @@
 /* A rate-based controller after BBR's model (our patch 0031) that a connection uses instead of
  * CUBIC when xdpfwd_tcp_cc says so at its creation (xdpfwd --congestion-control). Round trips and
  * delivery rates are timed in microseconds, from the clock the worker reads once per iteration.
- * docs/stack.md, "Congestion control". */
+ * docs/stack.md, "A rate-based controller". */
 #define TCP_BBR 1
 #define LWIP_TCP_NOW_US() xdpfwd_lwip_now_us()
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return

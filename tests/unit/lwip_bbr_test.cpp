@@ -191,5 +191,46 @@ TEST_F(LwipBbrTest, RtoRestartsStartupFromFourSegments) {
       << "received " << server_.received.size() << " of " << kBytes << " bytes, or different";
 }
 
+// A flow that keeps its window full has only queued round trips to see once the path's queue
+// holds its extra; after 10 s without a lower sample, ProbeRTT holds four segments for 200 ms
+// (plus the round trip it takes to drain to that), then the window comes back.
+TEST_F(LwipBbrTest, BusyFlowProbesTheRoundTripEveryTenSeconds) {
+  constexpr uint32_t kSlowOneWay = 10;  // 200 ms round trips: 11 s are ~55 MB, not 550
+  wire_.SetLatencyTicks(kSlowOneWay);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const uint64_t start = wire_.ticks();
+  client_.outgoing = Payload(128u << 20);
+  Feed(client_);
+  const uint32_t floor = 4 * client_.pcb->mss;
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.filled_pipe != 0; }, 1000));
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.cwnd == floor; }, 1200));
+  const uint64_t probe_at = wire_.ticks() - start;
+  EXPECT_GE(probe_at * kTickMs, 10000u);
+  EXPECT_LE(probe_at * kTickMs, 10000u + 4 * 2 * kSlowOneWay * kTickMs);
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.cwnd > floor; }, 100));
+  const uint64_t held_ms = (wire_.ticks() - start - probe_at) * kTickMs;
+  EXPECT_GE(held_ms, 200u);
+  EXPECT_LE(held_ms, 200u + 2 * 2 * kSlowOneWay * kTickMs);
+  EXPECT_GT(Bdp(client_.pcb), 0.5 * TCP_WND);
+}
+
+// After 10 s idle the min RTT is as old, but an application-limited flow keeps little in
+// flight and needs no ProbeRTT: its next burst goes out with the window it had.
+TEST_F(LwipBbrTest, FlowBackFromIdleSkipsProbeRtt) {
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 8u << 20));
+  ASSERT_NE(client_.pcb->bbr.filled_pipe, 0);
+  const uint32_t floor = 4 * client_.pcb->mss;
+  ASSERT_GT(client_.pcb->bbr.cwnd, 10 * floor);
+  wire_.AdvanceMs(11000);
+  client_.outgoing += Payload(1u << 20);
+  Feed(client_);
+  for (int rtt = 0; rtt < 5; ++rtt) {
+    RunUntil([] { return false; }, 2 * kOneWayTicks);
+    EXPECT_GT(client_.pcb->bbr.cwnd, 10 * floor) << "round trip " << rtt;
+  }
+}
+
 }  // namespace
 }  // namespace xdpfwd::test

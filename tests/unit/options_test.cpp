@@ -158,7 +158,7 @@ TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
 TEST(CongestionControlOption, CubicOrBbr) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_FALSE(unset->bbr);
+  EXPECT_TRUE(unset->bbr);
   auto bbr = Parse({"--congestion-control", "bbr"});
   ASSERT_TRUE(bbr) << bbr.error().message();
   EXPECT_TRUE(bbr->bbr);
