@@ -86,6 +86,10 @@ const char* Usage() {
          "  --tx-budget ring|kernel  fast path: frames one TX kick sends, the TX ring's size "
          "where\n"
          "                           the kernel allows (default), or its fixed 32\n"
+         "  --congestion-control cubic|bbr\n"
+         "                           fast path: lwIP's congestion control, loss-based CUBIC\n"
+         "                           or rate-based BBR (default), whose window a random loss\n"
+         "                           does not shrink\n"
          "  --copy                   kernel path: buffered copy instead of splice\n"
          "  --buffer-size BYTES      kernel path: copy buffer per direction (default 65536)\n"
          "  --backend-source ADDR[,ADDR...]\n"
@@ -264,6 +268,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--tx-budget: expected ring or kernel, not " + *v};
       }
       o.tx_budget = *v == "ring";
+    } else if (a == "--congestion-control") {
+      XDPFWD_VALUE(v);
+      if (*v != "cubic" && *v != "bbr") {
+        return Error{{}, "--congestion-control: expected cubic or bbr, not " + *v};
+      }
+      o.bbr = *v == "bbr";
     } else if (a == "--copy") {
       o.kernel_copy = true;
     } else if (a == "--busy-poll") {

@@ -1,5 +1,6 @@
-// What lwIP calls into xdpfwd: the millisecond clock behind its timers (sys_now), routing by
-// source address, and the initial-sequence-number hook (RFC 6528: clock plus a keyed hash of
+// What lwIP calls into xdpfwd: the millisecond clock behind its timers (sys_now) and the
+// microsecond one behind BBR's round trips (patch 0031), the congestion-control choice, routing
+// by source address, and the initial-sequence-number hook (RFC 6528: clock plus a keyed hash of
 // the 4-tuple).
 #include <sys/random.h>
 #include <time.h>
@@ -14,6 +15,7 @@
 extern "C" {
 #include "lwip/netif.h"
 #include "lwip/sys.h"
+#include "lwip/tcp.h"
 #include "xdpfwd_lwip_hooks.h"
 }
 
@@ -83,9 +85,18 @@ extern "C" u32_t xdpfwd_random_u32(void) {
 namespace {
 // Only the thread that owns lwIP reads or writes it (lwIP is single-threaded here).
 u32_t g_now_ms = 0;
+u32_t g_now_us = 0;
 }  // namespace
 
 extern "C" void xdpfwd_lwip_set_now_ms(u32_t now_ms) { g_now_ms = now_ms; }
+extern "C" void xdpfwd_lwip_set_now_us(u32_t now_us) { g_now_us = now_us; }
+
+extern "C" u32_t xdpfwd_lwip_now_us(void) {
+  if (g_now_us != 0) return g_now_us;
+  return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1000u);
+}
+
+extern "C" void xdpfwd_lwip_set_bbr(int on) { xdpfwd_tcp_cc = on ? TCP_CC_BBR : TCP_CC_LOSS_BASED; }
 
 extern "C" u32_t sys_now(void) {
   if (g_now_ms != 0) return g_now_ms;

@@ -71,12 +71,14 @@ Result<void> Worker::Run(const std::atomic<bool>& stop,
     start = now;
     // 0 means "not driven" to sys_now(): the one millisecond in 49 days that reads 0 says 1.
     xdpfwd_lwip_set_now_ms(std::max<u32_t>(static_cast<u32_t>(now / 1'000'000u), 1));
+    xdpfwd_lwip_set_now_us(std::max<u32_t>(static_cast<u32_t>(now / 1'000u), 1));
     const bool caller_worked = each_iteration && each_iteration(now);
     busy = RunOnce() || caller_worked;
     if (!busy) ++stats_.idle_iterations;
   }
   if (busy) stats_.busy_ns += MonotonicNs() - start;
   xdpfwd_lwip_set_now_ms(0);
+  xdpfwd_lwip_set_now_us(0);
   return {};
 }
 

@@ -126,6 +126,12 @@
 #define LWIP_TCP_CALC_INITIAL_CWND(mss) \
   ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
 #define TCP_CUBIC 1
+/* A rate-based controller after BBR's model (our patch 0031) that a connection uses instead of
+ * CUBIC when xdpfwd_tcp_cc says so at its creation (xdpfwd --congestion-control). Round trips and
+ * delivery rates are timed in microseconds, from the clock the worker reads once per iteration.
+ * docs/stack.md, "A rate-based controller". */
+#define TCP_BBR 1
+#define LWIP_TCP_NOW_US() xdpfwd_lwip_now_us()
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000

@@ -24,6 +24,15 @@ u32_t xdpfwd_random_u32(void);
  * worker leaves behind) makes sys_now() read the clock itself. */
 void xdpfwd_lwip_set_now_ms(u32_t now_ms);
 
+/* The same in microseconds (wraps every 71 minutes), for TCP_BBR's round trips and delivery
+ * rates (LWIP_TCP_NOW_US). Set beside the millisecond clock; 0 reads the clock. */
+void xdpfwd_lwip_set_now_us(u32_t now_us);
+u32_t xdpfwd_lwip_now_us(void);
+
+/* The congestion controller connections created from now on use: 1 BBR (lwIP patch 0031),
+ * 0 CUBIC (patch 0018). Set before the worker starts. */
+void xdpfwd_lwip_set_bbr(int on);
+
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
 

@@ -12,6 +12,7 @@
 
 #include "stack/lwip_pcb.h"
 #include "stack/worker.h"
+#include "xdpfwd_lwip_hooks.h"
 
 extern "C" {
 #include "lwip/ip4.h"
@@ -120,6 +121,7 @@ LwipWire::LwipWire() {
     return;
   }
   g_wire = this;
+  SetClock();
   ip4_addr_t mask, gw;
   IP4_ADDR(&mask, 255, 255, 255, 0);
   ip4_addr_set_zero(&gw);
@@ -140,6 +142,12 @@ LwipWire::~LwipWire() {
   netif_remove(&a_);
   netif_remove(&b_);
   g_wire = nullptr;
+  xdpfwd_lwip_set_now_us(0);
+}
+
+void LwipWire::SetClock() {
+  const uint64_t us = ticks_ * TCP_TMR_INTERVAL * 1000u + std::min<uint64_t>(round_us_, 9999);
+  xdpfwd_lwip_set_now_us(static_cast<u32_t>(us + 1));  // never 0: "not driven"
 }
 
 err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
@@ -278,6 +286,8 @@ size_t LwipWire::Pump(int max_rounds) {
     }
     queue_.swap(later);
     if (batch.empty()) return delivered;
+    round_us_ += kRoundUs;
+    SetClock();
     std::vector<WirePacket> held;
     for (const WirePacket& packet : batch) {
       switch (filter_ ? filter_(packet) : WireVerdict::kDeliver) {
@@ -306,6 +316,8 @@ size_t LwipWire::Pump(int max_rounds) {
 void LwipWire::Tick(int ticks) {
   for (int i = 0; i < ticks; ++i) {
     ++ticks_;
+    round_us_ = 0;
+    SetClock();
     in_timer_ = true;
     tcp_tmr();
     in_timer_ = false;

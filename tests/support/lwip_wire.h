@@ -119,6 +119,10 @@ class LwipWire {
   void AdvanceMs(uint32_t ms) { Tick(static_cast<int>(ms / TCP_TMR_INTERVAL) + 1); }
   // Ticks run so far: the wire's clock for latency and for timing tests.
   uint64_t ticks() const { return ticks_; }
+  // lwIP's microsecond clock (LWIP_TCP_NOW_US, lwIP patch 0031) follows the wire: the tick's
+  // start, plus kRoundUs for each round of delivery in it (at most a tick's worth), so that a
+  // round trip at latency 0 takes tens of microseconds, as on a LAN, and not zero.
+  static constexpr uint64_t kRoundUs = 10;
 
   // One-way delay in ticks (default 0: Pump() delivers at once). A packet sent during tick t
   // is delivered by the Pump() of tick t + ticks, so a round trip takes 2 * ticks.
@@ -146,6 +150,7 @@ class LwipWire {
   void Deliver(const WirePacket& packet);
   struct pbuf* ExternalChain(const std::vector<uint8_t>& bytes);
   void CountRetransmission(const TcpSegment& tcp);
+  void SetClock();
 
   struct netif a_ {
   }, b_{};
@@ -154,6 +159,7 @@ class LwipWire {
   std::function<WireVerdict(const WirePacket&)> filter_;
   WireCounters counters_;
   uint64_t ticks_ = 0;
+  uint64_t round_us_ = 0;  // microseconds of delivery rounds since the tick began
   uint32_t latency_ticks_ = 0;
   size_t piece_bytes_ = 0;
   size_t frames_held_ = 0;

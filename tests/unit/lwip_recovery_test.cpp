@@ -404,24 +404,6 @@ TEST_F(LwipRecoveryTest, ClosedSenderOutlastsTenSecondsOfZeroWindow) {
   EXPECT_EQ(wire_.counters().rst, rst_before);
 }
 
-// Drops packets of both directions with a fixed probability, from a fixed seed (xorshift32):
-// the same packets of the same run every time.
-class PseudoRandomLoss {
- public:
-  explicit PseudoRandomLoss(double probability)
-      : threshold_(static_cast<uint32_t>(probability * 4294967296.0)) {}
-  WireVerdict operator()(const WirePacket&) {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 17;
-    state_ ^= state_ << 5;
-    return state_ < threshold_ ? WireVerdict::kDrop : WireVerdict::kDeliver;
-  }
-
- private:
-  uint32_t threshold_;
-  uint32_t state_ = 2463534242u;
-};
-
 // The measurement behind docs/stack.md's loss table: 4 MiB from client to server, then the
 // client closes; lwIP time until the server has every byte and the FIN, at 1% and 3% loss of
 // every packet after the handshake. One-way latency 0 (a LAN: the round trip is below the

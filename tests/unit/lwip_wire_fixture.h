@@ -117,6 +117,24 @@ inline std::string Payload(size_t len) {
   return s;
 }
 
+// Drops packets of both directions with a fixed probability, from a fixed seed (xorshift32):
+// the same packets of the same run every time.
+class PseudoRandomLoss {
+ public:
+  explicit PseudoRandomLoss(double probability)
+      : threshold_(static_cast<uint32_t>(probability * 4294967296.0)) {}
+  WireVerdict operator()(const WirePacket&) {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 17;
+    state_ ^= state_ << 5;
+    return state_ < threshold_ ? WireVerdict::kDrop : WireVerdict::kDeliver;
+  }
+
+ private:
+  uint32_t threshold_;
+  uint32_t state_ = 2463534242u;
+};
+
 inline bool IsData(const WirePacket& p) { return p.tcp.payload_len > 0; }
 inline bool FromClient(const WirePacket& p) { return p.tcp.src_port == kClientPort; }
 

@@ -155,6 +155,21 @@ TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
       << both.error().message();
 }
 
+TEST(CongestionControlOption, CubicOrBbr) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_TRUE(unset->bbr);
+  auto bbr = Parse({"--congestion-control", "bbr"});
+  ASSERT_TRUE(bbr) << bbr.error().message();
+  EXPECT_TRUE(bbr->bbr);
+  auto cubic = Parse({"--congestion-control", "cubic"});
+  ASSERT_TRUE(cubic) << cubic.error().message();
+  EXPECT_FALSE(cubic->bbr);
+  EXPECT_NE(ErrorOf({"--congestion-control", "reno"}).find("expected cubic or bbr"),
+            std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--congestion-control cubic|bbr"), std::string::npos);
+}
+
 TEST(StallTimeoutOption, DefaultTwoMinutesZeroTurnsItOff) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
