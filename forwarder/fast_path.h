@@ -94,6 +94,7 @@ struct QueueRx {
   X(handoffs_in, "handoffs_in")                                                        \
   X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */              \
   X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */        \
+  X(rx_copy_no_pool, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */        \
   X(worker_busy_ns, "worker_busy_ns")     /* time in iterations that did work */       \
   X(worker_iterations, "worker_iterations")                                            \
   X(minor_faults, "worker_minor_faults")                                               \

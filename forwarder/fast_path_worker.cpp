@@ -128,6 +128,7 @@ void WorkerProcess::Publish() {
     s.tx_no_neighbor += n->stats().tx_no_neighbor;
     s.tx_chains += n->stats().tx_chains;
     s.rx_copied += n->stats().rx_copied;
+    s.rx_copy_no_pool += n->stats().rx_copy_no_pool;
     s.next_hops += n->next_hops().size();
   }
   uint32_t queues = 0;

@@ -6,11 +6,19 @@
 
 namespace xdpfwd {
 
+uint32_t WorkerHandoff::SlotsPerRing(uint32_t workers) {
+  constexpr size_t kBudget = size_t{64} << 20;
+  const size_t rings = workers < 2 ? 1 : size_t{workers} * (workers - 1);
+  uint32_t slots = 4096;
+  while (slots > 256 && size_t{slots} * HandoffRing::kSlotBytes * rings > kBudget) slots /= 2;
+  return slots;
+}
+
 // Each ring starts on a page, so every ring's control lines are 128-byte aligned as
 // HandoffRing::Format requires.
-size_t WorkerHandoff::RingBytes() {
+size_t WorkerHandoff::RingBytes(uint32_t workers) {
   constexpr size_t kPage = 4096;
-  return (HandoffRing::MemoryBytes(kSlotsPerRing) + kPage - 1) / kPage * kPage;
+  return (HandoffRing::MemoryBytes(SlotsPerRing(workers)) + kPage - 1) / kPage * kPage;
 }
 
 // Rings of ordered pairs (from, to), from != to, packed: from's rings are contiguous.
@@ -19,14 +27,15 @@ size_t WorkerHandoff::RingIndex(uint32_t from, uint32_t to, uint32_t workers) {
 }
 
 size_t WorkerHandoff::MemoryBytes(uint32_t workers) {
-  return workers < 2 ? 0 : size_t{workers} * (workers - 1) * RingBytes();
+  return workers < 2 ? 0 : size_t{workers} * (workers - 1) * RingBytes(workers);
 }
 
 Result<void> WorkerHandoff::Format(void* memory, size_t bytes, uint32_t workers) {
   if (bytes < MemoryBytes(workers)) return Error{{}, "handoff rings: memory too short"};
   auto* base = static_cast<uint8_t*>(memory);
-  for (size_t k = 0; k < MemoryBytes(workers) / RingBytes(); ++k) {
-    if (auto r = HandoffRing::Format(base + k * RingBytes(), RingBytes(), kSlotsPerRing); !r) {
+  const size_t ring = RingBytes(workers);
+  for (size_t k = 0; k < MemoryBytes(workers) / ring; ++k) {
+    if (auto r = HandoffRing::Format(base + k * ring, ring, SlotsPerRing(workers)); !r) {
       return r.error();
     }
   }
@@ -46,12 +55,12 @@ Result<WorkerHandoff> WorkerHandoff::Attach(void* memory, size_t bytes, uint32_t
   h.workers_ = workers;
   for (uint32_t other = 0; other < workers; ++other) {
     if (other == self) continue;
-    auto out =
-        HandoffRing::Attach(base + RingIndex(self, other, workers) * RingBytes(), RingBytes());
+    auto out = HandoffRing::Attach(base + RingIndex(self, other, workers) * RingBytes(workers),
+                                   RingBytes(workers));
     if (!out) return out.error();
     h.outgoing_.push_back(*out);
-    auto in =
-        HandoffRing::Attach(base + RingIndex(other, self, workers) * RingBytes(), RingBytes());
+    auto in = HandoffRing::Attach(base + RingIndex(other, self, workers) * RingBytes(workers),
+                                  RingBytes(workers));
     if (!in) return in.error();
     h.incoming_.push_back(*in);
   }
@@ -64,14 +73,14 @@ HandoffTotals WorkerHandoff::Read(void* memory, size_t bytes, uint32_t workers, 
   auto* base = static_cast<uint8_t*>(memory);
   for (uint32_t other = 0; other < workers; ++other) {
     if (other == self) continue;
-    if (auto out = HandoffRing::Attach(base + RingIndex(self, other, workers) * RingBytes(),
-                                       RingBytes())) {
+    if (auto out = HandoffRing::Attach(base + RingIndex(self, other, workers) * RingBytes(workers),
+                                       RingBytes(workers))) {
       const HandoffCounters c = out->counters();
       t.out += c.pushed;
       t.dropped += c.dropped_full + c.dropped_size;
     }
-    if (auto in = HandoffRing::Attach(base + RingIndex(other, self, workers) * RingBytes(),
-                                      RingBytes())) {
+    if (auto in = HandoffRing::Attach(base + RingIndex(other, self, workers) * RingBytes(workers),
+                                      RingBytes(workers))) {
       t.in += in->counters().popped;
     }
   }

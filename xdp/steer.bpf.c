@@ -340,8 +340,9 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	if (syn_flows >= syn_flow_budget)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 
-	flow.owner = hash_owner_workers ? flow_hash(&key) % hash_owner_workers
-					: queue_worker(ctx); /* the SYN's queue's */
+	flow.owner = hash_owner_workers
+			     ? flow_hash(&key) % hash_owner_workers
+			     : queue_worker(ctx); /* the SYN's queue's */
 	flow.rule_id = listener->rule_id;
 	flow.created_ns = bpf_ktime_get_ns();
 	flow.origin = STEER_FLOW_FROM_SYN;

@@ -58,8 +58,7 @@ uint64_t AnswerHash(uint64_t upload_hash) {
 // --path xdp and --path auto: in auto mode the kernel path listens on the same address, so a
 // flow the fast path missed would still be served there; the test requires none to be.
 // The attach mode: xdpfwd's choice (generic on veth) or --native.
-class MultiQueueTest
-    : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {
+class MultiQueueTest : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
@@ -289,6 +288,8 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   // replies meet the dead worker's queue while nobody serves it: dropped and resent, they
   // complete; passed to the kernel they would be reset. Worker 1's connections are reset.
   std::atomic<uint64_t> completed{0}, failed{0};
+  std::mutex why_mu;
+  std::string why;  // each failure
   std::vector<std::thread> streams;
   for (int i = 0; i < kConns; ++i) {
     streams.emplace_back([&, i] {
@@ -312,22 +313,23 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
         ++completed;
       } catch (const std::exception& e) {
         ++failed;
+        std::lock_guard lock(why_mu);
+        why += "connection " + std::to_string(i) + ": " + e.what() + "\n";
       }
     });
   }
   std::this_thread::sleep_for(20ms);  // the streams under way
   ASSERT_EQ(kill(victim, sig), 0) << strerror(errno);
   if (sig == SIGSTOP) {
-    EXPECT_TRUE(fwd.WaitForOutput(
-        "worker " + victim_index + " (pid " + std::to_string(victim) +
-            ") made no progress for 1000 ms",
-        20s))
+    EXPECT_TRUE(fwd.WaitForOutput("worker " + victim_index + " (pid " + std::to_string(victim) +
+                                      ") made no progress for 1000 ms",
+                                  20s))
         << fwd.output();
   }
   EXPECT_TRUE(fwd.WaitForOutput("worker " + victim_index + " serves its queues again", 20s))
       << fwd.output();
   for (std::thread& t : streams) t.join();
-  EXPECT_EQ(completed.load(), kept) << fwd.output();
+  EXPECT_EQ(completed.load(), kept) << why << fwd.output();
   EXPECT_EQ(failed.load(), lost) << fwd.output();
   if (sig == SIGKILL) {
     // (A stopped worker's queues fill its RX rings instead; their packets die with it.)
@@ -356,7 +358,7 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   EXPECT_EQ(ForwarderProcess::Get(after, "worker.0.accepted") +
                 ForwarderProcess::Get(after, "worker.1.accepted"),
             kept + kAfter);
-  EXPECT_EQ(ForwarderProcess::Get(after, "fast.flows"), 0u);
+  EXPECT_EQ(ForwarderProcess::Get(after, "fast.flows"), 0u) << fwd.output();
   EXPECT_EQ(ForwarderProcess::Get(after, "fast.lwip_pcbs"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(after, "fast.frames_held"), 0u);
   EXPECT_EQ(fwd.Stop(), 0) << fwd.output();
