@@ -114,17 +114,19 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   SteerOptions so = config.steer;
   auto known_driver = InterfaceDriver(i.name);
   const std::string driver = known_driver ? *known_driver : std::string();
-  if (config.choose_xdp_mode && PreferGenericXdp(driver, i.multi_buffer)) {
+  // Generic XDP on a veth reads the sender's TX queue k as RX queue k-1 (queue 0 for k = 0):
+  // the last queue gets nothing, queue 0 twice its share (tests/netns/multi_queue_test). With
+  // N workers xdpfwd therefore attaches natively there (measured on this 2-core machine,
+  // iperf3 -P 8, N = 1 -> 2: native 1.47 -> 2.93 and 1.28 -> 2.45 Gbit/s; generic with flows
+  // shared out by hash 2.60 -> 2.56 and 2.38 -> 2.14: the one receiving worker copies
+  // everything; docs/stack.md). If the user asks for generic mode, new flows are shared out
+  // by a hash of their 4-tuple and the receiving worker hands them to their owner.
+  const bool many_on_veth = impl.workers > 1 && driver == "veth";
+  if (config.choose_xdp_mode && PreferGenericXdp(driver, i.multi_buffer) && !many_on_veth) {
     so.force_generic = true;
     so.generic_reason = "chosen on " + driver + ": the peer keeps its TSO, segments arrive whole";
   }
-  if (impl.workers > 1 && driver == "veth" && so.force_generic) {
-    // Generic XDP on a veth reads the sender's TX queue k as RX queue k-1 (queue 0 for k = 0):
-    // the last queue gets nothing, queue 0 twice its share (tests/netns/multi_queue_test). New
-    // flows are therefore shared out by a hash of their 4-tuple, and the worker that receives
-    // a packet hands it to the owner.
-    so.hash_owners = impl.workers;
-  }
+  if (many_on_veth && so.force_generic) so.hash_owners = impl.workers;
   auto steer = SteerProgram::Attach(i.name, so);
   if (!steer) return steer.error();
   i.steer = std::move(*steer);

@@ -33,9 +33,8 @@ TEST(WorkerHandoffTest, AChainGoesWholeToItsOwnerOnly) {
     w.push_back(std::move(*h));
   }
   // A 3-frame chain received by worker 0 for worker 2's flow.
-  std::vector<std::vector<uint8_t>> bufs = {std::vector<uint8_t>(3000, 1),
-                                            std::vector<uint8_t>(3840, 2),
-                                            std::vector<uint8_t>(100, 3)};
+  std::vector<std::vector<uint8_t>> bufs = {
+      std::vector<uint8_t>(3000, 1), std::vector<uint8_t>(3840, 2), std::vector<uint8_t>(100, 3)};
   RxFrame frames[3];
   for (int i = 0; i < 3; ++i) {
     frames[i] = RxFrame{0, bufs[i].data(), static_cast<uint32_t>(bufs[i].size()), i < 2};
