@@ -40,6 +40,14 @@ constexpr uint64_t kUp = 20'000, kDown = 50'000;
 
 std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
 
+// Neither forwarder-side veth keeps an XDP program once xdpfwd has stopped (or refused).
+void ExpectNoXdp(const Topology& topo) {
+  for (const std::string& ifname : {topo.client_side_if(), topo.server_side_if()}) {
+    const CommandResult link = topo.Run("", "ip -o link show dev " + ifname);
+    EXPECT_EQ(link.output.find("xdp"), std::string::npos) << link.output;
+  }
+}
+
 // What the backend answers a connection with: kDown bytes of the pattern seeded by the hash of
 // what it received, so the client can check both directions and that the answer is its own.
 uint64_t AnswerHash(uint64_t upload_hash) {
@@ -182,10 +190,7 @@ TEST_P(MultiQueueTest, EveryConnectionIsServedWhicheverQueueItLandsOn) {
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.lwip_pcbs"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.frames_held"), 0u);
   EXPECT_EQ(fwd.Stop(), 0) << fwd.output();
-  for (const std::string& ifname : {topo_.client_side_if(), topo_.server_side_if()}) {
-    const CommandResult link = topo_.Run("", "ip -o link show dev " + ifname);
-    EXPECT_EQ(link.output.find("xdp"), std::string::npos) << link.output;
-  }
+  ExpectNoXdp(topo_);
 }
 
 // Sends `n` bytes of `pattern` on fd without closing it; throws on any error.
@@ -336,8 +341,10 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   for (std::thread& t : streams) t.join();
   EXPECT_EQ(completed.load(), kept) << why << fwd.output();
   EXPECT_EQ(failed.load(), lost) << fwd.output();
-  if (sig == SIGKILL) {
-    // (A stopped worker's queues fill its RX rings instead; their packets die with it.)
+  if (sig == SIGKILL && native) {
+    // (A stopped worker's queues fill its RX rings instead; their packets die with it. In
+    // generic mode the survivor's flows may all be between resends while the queue is
+    // unserved: 1 run in 7 saw none there.)
     auto mid = fwd.Stats();
     EXPECT_GT(ForwarderProcess::Get(mid, "steer.drop_no_socket"), 0u)
         << "nothing met the unserved queue: the test did not test the gap";
@@ -367,10 +374,7 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   EXPECT_EQ(ForwarderProcess::Get(after, "fast.lwip_pcbs"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(after, "fast.frames_held"), 0u);
   EXPECT_EQ(fwd.Stop(), 0) << fwd.output();
-  for (const std::string& ifname : {topo.client_side_if(), topo.server_side_if()}) {
-    const CommandResult link = topo.Run("", "ip -o link show dev " + ifname);
-    EXPECT_EQ(link.output.find("xdp"), std::string::npos) << link.output;
-  }
+  ExpectNoXdp(topo);
 }
 
 // Two workers need two queues on every interface: one worker's sockets cannot share a queue
@@ -388,10 +392,7 @@ TEST(MultiQueueWorkerTest, MoreCpusThanQueuesIsRefusedWithTheFix) {
   EXPECT_NE(r.output.find("ethtool -L "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" rx 2 tx 2"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("ready"), std::string::npos) << r.output;
-  for (const std::string& ifname : {topo.client_side_if(), topo.server_side_if()}) {
-    const CommandResult link = topo.Run("", "ip -o link show dev " + ifname);
-    EXPECT_EQ(link.output.find("xdp"), std::string::npos) << link.output;
-  }
+  ExpectNoXdp(topo);
 }
 
 INSTANTIATE_TEST_SUITE_P(SignalsAndModes, WorkerDeathTest,
