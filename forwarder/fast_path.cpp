@@ -386,12 +386,8 @@ std::vector<int> FastPath::worker_pids() const {
   return pids;
 }
 
-FastPathSnapshot FastPath::Snapshot() { return impl_->Collect(false, nullptr); }
-
-std::vector<FastPathSnapshot> FastPath::WorkerSnapshots() {
-  std::vector<FastPathSnapshot> each;
-  impl_->Collect(true, &each);
-  return each;
+FastPathSnapshot FastPath::Snapshot(std::vector<FastPathSnapshot>* per_worker) {
+  return impl_->Collect(per_worker);
 }
 
 std::string FastPath::SteerCountersLine() const {
@@ -418,7 +414,7 @@ void FastPath::Stop() {
   if (!impl_ || impl_->stopped) return;
   // A last snapshot, so the exit summary has the final numbers; the monitor stops first, so
   // that no worker is restarted while they stop.
-  FastPathSnapshot last = impl_->Collect(false, nullptr);
+  FastPathSnapshot last = impl_->Collect(nullptr);
   {
     std::lock_guard lock(impl_->monitor_mu);
     impl_->monitor_stop = true;

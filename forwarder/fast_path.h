@@ -132,10 +132,9 @@ class FastPath {
   std::vector<int> worker_cpus() const;
   std::vector<int> worker_pids() const;
   // Asks every worker for fresh numbers and waits for them (bounded; a worker that does not
-  // answer contributes its last ones), and sums them.
-  FastPathSnapshot Snapshot();
-  // The same per worker, in worker order (flows and handoffs per worker as well).
-  std::vector<FastPathSnapshot> WorkerSnapshots();
+  // answer contributes its last ones), and sums them; with `per_worker`, each worker's too, in
+  // worker order, from the same round.
+  FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr);
   // Steering decisions summed over interfaces, as "redirect_new_flow=3 pass_not_ipv4=2".
   std::string SteerCountersLine() const;
 

@@ -119,7 +119,7 @@ struct FastPath::Impl {
   void Monitor();
   void Restart(uint32_t w, int status);
   void Watch(uint32_t w);  // kills worker w if its heartbeat stood still past the watchdog
-  FastPathSnapshot Collect(bool per_worker, std::vector<FastPathSnapshot>* each);
+  FastPathSnapshot Collect(std::vector<FastPathSnapshot>* each);  // each: per worker, or null
   void CountFlows(FastPathSnapshot& s) const;
 };
 

@@ -230,7 +230,7 @@ void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
   s.stray_flows_reaped = stray_flows_reaped.load(std::memory_order_relaxed);
 }
 
-FastPathSnapshot FastPath::Impl::Collect(bool per_worker, std::vector<FastPathSnapshot>* each) {
+FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
   std::lock_guard lock(mu);
   if (stopped) {
     if (each != nullptr) each->clear();
@@ -273,7 +273,7 @@ FastPathSnapshot FastPath::Impl::Collect(bool per_worker, std::vector<FastPathSn
     }
     sum += one;
     sum.rx_by_queue.insert(sum.rx_by_queue.end(), one.rx_by_queue.begin(), one.rx_by_queue.end());
-    if (per_worker && each != nullptr) each->push_back(std::move(one));
+    if (each != nullptr) each->push_back(std::move(one));
   }
   std::sort(sum.rx_by_queue.begin(), sum.rx_by_queue.end(), [](const QueueRx& a, const QueueRx& b) {
     return std::tie(a.ifname, a.queue) < std::tie(b.ifname, b.queue);

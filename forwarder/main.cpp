@@ -54,8 +54,9 @@ void LogIsolation(const FastPath* fast, const KernelPath* kernel) {
 
 void PrintStats(FastPath* fast, KernelPath* kernel) {
   if (fast != nullptr) {
-    Log("fast path: " + fast->Snapshot().Format());
-    const std::vector<FastPathSnapshot> each = fast->WorkerSnapshots();
+    // One round of requests to the workers: the sum and each worker's from the same numbers.
+    std::vector<FastPathSnapshot> each;
+    Log("fast path: " + fast->Snapshot(&each).Format());
     const std::vector<int> pids = fast->worker_pids();
     if (each.size() > 1) {
       for (size_t w = 0; w < each.size(); ++w) {
