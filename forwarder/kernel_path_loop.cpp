@@ -37,6 +37,7 @@ struct Loop::Connection {
   ConnectionList::iterator self;  // in connecting_, relaying_ or ended_
   Clock::time_point since;        // connect start while connecting, then the last byte relayed
   BackendLease lease;             // the backend leg's local port, given back at Finish
+  const Rule* rule = nullptr;
   // We shut the backend leg down before its FIN arrived: its 4-tuple ends in TIME_WAIT here.
   bool backend_closed_first = false;
   bool connecting = true;
@@ -299,6 +300,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule) {
   Connection& c = connecting_.back();
   c.self = std::prev(connecting_.end());
   c.since = now_;
+  c.rule = &rule;
   c.client.fd = std::move(client);
   Add(counters_.relay.active);
 
@@ -489,6 +491,7 @@ void Loop::RunQueuedTurns() {
 void Loop::ExpireDeadlines() {
   const auto connect_timeout = config_.limits.connect_timeout;
   while (!connecting_.empty() && connecting_.front().since + connect_timeout <= now_) {
+    ReportConnectTimeout(connecting_.front());
     Finish(connecting_.front(), End::kBackendTimeout);
   }
   const auto idle_timeout = config_.limits.idle_timeout;
@@ -496,6 +499,25 @@ void Loop::ExpireDeadlines() {
   while (!relaying_.empty() && relaying_.front().since + idle_timeout <= now_) {
     Finish(relaying_.front(), End::kIdleTimeout);
   }
+}
+
+// As the fast path's relay says it (Relay::ReportConnectTimeout): one line a second at most,
+// with what the kernel tried (TCP_INFO's SYN retransmissions).
+void Loop::ReportConnectTimeout(const Connection& c) {
+  const auto now_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
+  uint64_t held_back = 0;
+  if (!connect_timeout_log_.Count(now_ms, held_back)) return;
+  std::string line = "kernel path: backend " + ToString(c.rule->backend) +
+                     " did not complete the handshake within " +
+                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(c.backend.fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
+    line += " (SYN sent " + std::to_string(info.tcpi_retransmits + 1) + " times)";
+  }
+  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
+  Log(line);
 }
 
 // The epoll_wait timeout is the loop's only timer: the nearest deadline is at the front of

@@ -13,6 +13,7 @@
 #include "forwarder/kernel_path.h"
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
+#include "os/log.h"
 #include "os/result.h"
 #include "os/unique_fd.h"
 
@@ -73,6 +74,7 @@ class Loop {
   void Finish(Connection& c, End why);
   void RunQueuedTurns();
   void ExpireDeadlines();
+  void ReportConnectTimeout(const Connection& c);
   int NextTimeoutMs() const;
   void Touch(Connection& c);
   void ResetEverything();
@@ -85,6 +87,7 @@ class Loop {
   // accept and reset the waiting client (otherwise the level-triggered listener would spin).
   UniqueFd spare_fd_;
   bool warned_fd_limit_ = false;
+  LogThrottle connect_timeout_log_{1000};
   std::vector<std::unique_ptr<Listener>> listeners_;
 
   // Connections live in these lists and move between them with splice (no allocation, no

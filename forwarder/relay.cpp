@@ -527,6 +527,7 @@ bool Relay::ExpireDeadlines() {
   bool expired = false;
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
   while (!connecting_.empty() && now_ms_ - connecting_.front()->started_ms >= connect_ms) {
+    ReportConnectTimeout(*connecting_.front());
     Reset(*connecting_.front(), counters_.backend_timeout);  // unlinks it
     expired = true;
   }
@@ -541,6 +542,25 @@ bool Relay::ExpireDeadlines() {
     expired = true;
   }
   return expired;
+}
+
+// A backend that does not answer is the first thing a user needs to hear about, with what lwIP
+// tried (a SYN never answered, or a handshake lwIP thinks is still going); one line a second at
+// most, so a dead backend under load costs no syscall per connection.
+void Relay::ReportConnectTimeout(const Connection& c) {
+  uint64_t held_back = 0;
+  if (!connect_timeout_log_.Count(now_ms_, held_back)) return;
+  std::string line = "relay: backend " + ToString(c.rule->backend) + " did not complete the " +
+                     "handshake of a connection from " + ToString(c.flows.client_flow.saddr) + ":" +
+                     std::to_string(c.flows.client_flow.sport) + " within " +
+                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
+  if (const tcp_pcb* pcb = c.backend.pcb) {
+    line += std::string(" (lwIP ") + tcp_debug_state_str(pcb->state) + ", SYN sent " +
+            std::to_string(pcb->nrtx + 1) + " times, from port " + std::to_string(pcb->local_port) +
+            ")";
+  }
+  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
+  Log(line);
 }
 
 void Relay::Watch(Connection& c) {

@@ -15,6 +15,7 @@
 #include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
 #include "os/endpoint.h"
+#include "os/log.h"
 #include "os/result.h"
 
 struct tcp_pcb;
@@ -100,6 +101,7 @@ class Relay {
   void UpdateOwed(Leg& leg);
   void Progress(Leg& leg);
   bool ExpireDeadlines();
+  void ReportConnectTimeout(const Connection& c);
   void ServeWatched();
 
   RelayConfig config_;
@@ -118,6 +120,7 @@ class Relay {
   static constexpr size_t kRemovalsPerTick = 32;
   uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
   uint64_t next_service_ms_ = 0;
+  LogThrottle connect_timeout_log_{1000};
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to
   // return ERR_ABRT from that callback if and only if its pcb was aborted.
   tcp_pcb* in_callback_ = nullptr;

@@ -385,6 +385,14 @@ TEST_P(RelayTest, UnansweredBackendTimesOut) {
   EXPECT_LT(Clock::now() - start, 3s);
   const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "backend_timeout"), 1u);
+  // Said in words, with what the stack tried (the SYN count is the stack's; not checked).
+  const std::string& out = fwd->output();
+  EXPECT_NE(out.find("backend " + backend() + " did not complete the handshake"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(GetParam() == "xdp" ? "within 500 ms (lwIP SYN_SENT, SYN sent "
+                                         : "within 500 ms (SYN sent "),
+            std::string::npos)
+      << out;
 }
 
 TEST_P(RelayTest, IdleConnectionsAreReset) {

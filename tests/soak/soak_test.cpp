@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -47,6 +48,29 @@ std::chrono::seconds SoakDuration() {
   const char* s = std::getenv("XDPFWD_SOAK_SECONDS");
   const long seconds = s != nullptr ? std::strtol(s, nullptr, 10) : 0;
   return std::chrono::seconds(seconds > 0 ? seconds : 600);
+}
+
+// The forwarder prints its counters on every stats request (the idle wait asks often): of the
+// lines that name counters ("name=value"), only the last with each prefix is kept.
+std::string LastOfEachCounterLine(const std::string& output) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < output.size();) {
+    const size_t end = std::min(output.find('\n', at), output.size());
+    lines.push_back(output.substr(at, end - at));
+    at = end + 1;
+  }
+  std::map<std::string, size_t> last;  // prefix before the first '=' -> last line index
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (const size_t eq = lines[i].find('='); eq != std::string::npos) {
+      last[lines[i].substr(0, eq)] = i;
+    }
+  }
+  std::string kept;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t eq = lines[i].find('=');
+    if (eq == std::string::npos || last[lines[i].substr(0, eq)] == i) kept += lines[i] + "\n";
+  }
+  return kept;
 }
 
 std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
@@ -274,7 +298,12 @@ TEST_P(SoakTest, MixedTrafficAtOnePercentLossLeavesNothingBehind) {
   ExpectEachEndedOnce(RelayFromStats(stats, prefix), counters);
   EXPECT_GT(client_loss.dropped(), 0u);
   EXPECT_GT(server_loss.dropped(), 0u);
-  if (HasFailure()) ADD_FAILURE() << "forwarder output:\n" << fwd.output();
+  if (HasFailure()) {
+    ADD_FAILURE() << "forwarder output, counter lines but the last of each kind left out:\n"
+                  << LastOfEachCounterLine(fwd.output());
+    // Last, where the tail of a long log (CI's) still shows it.
+    ADD_FAILURE() << "in short:\n" << summary << "counters:" << counters;
+  }
 }
 
 std::string PathName(const ::testing::TestParamInfo<std::string>& path) {
