@@ -21,6 +21,7 @@
 #include "os/cpu_list.h"
 #include "os/log.h"
 #include "stack/neighbor.h"
+#include "stack/packet_tx.h"
 #include "stack/worker.h"
 #include "stack/worker_handoff.h"
 
@@ -158,6 +159,22 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   nc.mtu = static_cast<uint16_t>(*mtu);
   nc.aliases = i.aliases;
   nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(i.name);
+  // Copy mode builds an skb per AF_XDP frame and has no GSO: a packet socket sends each flow's
+  // segments of a batch as one GSO packet instead (docs/stack.md, "TX through a packet
+  // socket": about twice the bulk throughput on veth). Zero-copy ports keep AF_XDP TX.
+  i.packet_tx = config.packet_tx.value_or(!i.zero_copy);
+  if (i.packet_tx) {
+    // Opened once here (each worker opens its own) so that a refusal is said at start.
+    auto packet = PacketTx::Open(i.ifindex, i.name);
+    if (!packet && config.packet_tx) return packet.error();
+    if (packet) {
+      i.tx_status = "TX through a packet socket with GSO";
+    } else {
+      i.packet_tx = false;
+      i.tx_status += " (no packet socket for TX: " + packet.error().message() + ")";
+    }
+  }
+  nc.packet_tx = i.packet_tx;
   return {};
 }
 

@@ -43,6 +43,7 @@ struct FastPathInterface {
   bool zero_copy = false;
   bool multi_buffer = false;
   std::string tx_status;
+  bool packet_tx = false;
 };
 
 enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };

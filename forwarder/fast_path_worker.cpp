@@ -125,10 +125,16 @@ void WorkerProcess::Publish() {
   s.oow_acks_limited = st.oow_acks_limited;
   s.ooseq_dropped = st.ooseq_dropped;
   for (auto& n : netifs_) {
-    s.tx_no_neighbor += n->stats().tx_no_neighbor;
-    s.tx_chains += n->stats().tx_chains;
-    s.rx_copied += n->stats().rx_copied;
-    s.rx_copy_no_pool += n->stats().rx_copy_no_pool;
+    const NetifStats ns = n->stats();
+    s.tx_no_neighbor += ns.tx_no_neighbor;
+    s.tx_chains += ns.tx_chains;
+    s.tx_socket_packets += ns.packet_tx.packets;
+    s.tx_socket_segments += ns.packet_tx.segments;
+    s.tx_socket_gso += ns.packet_tx.gso_packets;
+    s.tx_socket_sends += ns.packet_tx.sends;
+    s.tx_socket_dropped += ns.packet_tx.dropped;
+    s.rx_copied += ns.rx_copied;
+    s.rx_copy_no_pool += ns.rx_copy_no_pool;
     s.next_hops += n->next_hops().size();
   }
   uint32_t queues = 0;

@@ -86,6 +86,9 @@ const char* Usage() {
          "  --tx-budget ring|kernel  fast path: frames one TX kick sends, the TX ring's size "
          "where\n"
          "                           the kernel allows (default), or its fixed 32\n"
+         "  --tx af-xdp|packet       fast path: send through the AF_XDP socket, or through a\n"
+         "                           packet socket that sends a flow's segments as one GSO packet\n"
+         "                           (default: packet where AF_XDP runs in copy mode, as on veth)\n"
          "  --congestion-control cubic|bbr\n"
          "                           fast path: lwIP's congestion control, loss-based CUBIC\n"
          "                           or rate-based BBR (default), whose window a random loss\n"
@@ -268,6 +271,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--tx-budget: expected ring or kernel, not " + *v};
       }
       o.tx_budget = *v == "ring";
+    } else if (a == "--tx") {
+      XDPFWD_VALUE(v);
+      if (*v != "af-xdp" && *v != "packet") {
+        return Error{{}, "--tx: expected af-xdp or packet, not " + *v};
+      }
+      o.packet_tx = *v == "packet";
     } else if (a == "--congestion-control") {
       XDPFWD_VALUE(v);
       if (*v != "cubic" && *v != "bbr") {

@@ -49,6 +49,9 @@ struct Options {
   // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
   bool tx_checksum_offload = true;
   bool tx_budget = true;
+  // --tx af-xdp|packet: how the fast path sends. Unset: a packet socket with GSO on interfaces
+  // whose AF_XDP sockets run in copy mode, the AF_XDP socket where it is zero-copy.
+  std::optional<bool> packet_tx;
   // --congestion-control cubic|bbr: the fast path's lwIP legs (lwIP patches 0018 and 0031).
   // BBR by default: measured faster under random loss and no slower without (docs/stack.md).
   bool bbr = true;

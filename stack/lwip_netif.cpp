@@ -71,7 +71,7 @@ struct LwipNetifCallbacks {
     // checksum offload lwIP generates no TCP checksum: Output asks the kernel for it.
     u16_t checksums = NETIF_CHECKSUM_ENABLE_ALL;
     if (!self->config_.verify_tcp_checksum) checksums &= ~NETIF_CHECKSUM_CHECK_TCP;
-    if (self->port_.tx_checksum_offload()) checksums &= ~NETIF_CHECKSUM_GEN_TCP;
+    if (self->port_.tx_checksum_offload() || self->packet_tx_) checksums &= ~NETIF_CHECKSUM_GEN_TCP;
     NETIF_SET_CHECKSUM_CTRL(nif, checksums);
     return ERR_OK;
   }
@@ -90,6 +90,13 @@ struct LwipNetifCallbacks {
     if (p->tot_len > c.mtu) {
       ++self->stats_.tx_oversize;
       return ERR_BUF;
+    }
+    if (self->packet_tx_) {
+      uint8_t eth[SIZEOF_ETH_HDR];
+      WriteEthernetHeader(eth, *mac, c.mac);
+      self->packet_tx_->Queue(eth, p);
+      ++self->stats_.tx_frames;
+      return ERR_OK;
     }
     if (size_t{SIZEOF_ETH_HDR} + p->tot_len > self->port_.tx_frame_bytes()) {
       return self->OutputChain(p, *mac);
@@ -144,6 +151,11 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   if (ports.empty()) return Error{{}, "an lwIP netif needs at least one AF_XDP port"};
   XskPort& port = *ports.front();
   std::unique_ptr<LwipNetif> self(new LwipNetif(ports, config));
+  if (config.packet_tx) {
+    auto tx = PacketTx::Open(config.ifindex, port.ifname());
+    if (!tx) return tx.error();
+    self->packet_tx_ = std::move(*tx);
+  }
   self->rx_pbufs_.resize(ports.size());
   for (size_t k = 0; k < ports.size(); ++k) {
     self->rx_pbufs_[k].resize(ports[k]->frames().total);
@@ -179,6 +191,12 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
     }
   }
   return self;
+}
+
+NetifStats LwipNetif::stats() const {
+  NetifStats s = stats_;
+  if (packet_tx_) s.packet_tx = packet_tx_->stats();
+  return s;
 }
 
 bool LwipNetif::OnLink(in_addr a) const {

@@ -17,6 +17,7 @@
 #include "os/result.h"
 #include "stack/neighbor.h"
 #include "stack/next_hop_cache.h"
+#include "stack/packet_tx.h"
 #include "stack/worker_handoff.h"
 #include "stack/xsk_port.h"
 
@@ -38,6 +39,9 @@ struct LwipNetifConfig {
   // only the pseudo-header sum (CHECKSUM_PARTIAL, the data never crossed a wire), so they are
   // not verified there; on any other device they are (docs/stack.md).
   bool verify_tcp_checksum = true;
+  // TX through a packet socket with GSO (stack/packet_tx.h) instead of the AF_XDP port: for
+  // ports in copy mode, where AF_XDP builds one skb per frame and cannot send GSO.
+  bool packet_tx = false;
 };
 
 // The checksum policy for an interface (see LwipNetifConfig::verify_tcp_checksum): verify
@@ -56,6 +60,7 @@ struct NetifStats {
   uint64_t tx_chains = 0;        // packets longer than a TX frame, sent as a chain of frames
   uint64_t rx_copied = 0;        // packets other workers handed over (InputCopy)
   uint64_t rx_copy_no_pool = 0;  // of those, dropped for want of a pool pbuf (TCP resends)
+  PacketTxStats packet_tx;       // with LwipNetifConfig::packet_tx
 };
 
 class LwipNetif {
@@ -88,7 +93,12 @@ class LwipNetif {
   XskPort& port() { return port_; }  // the TX port
   // Every port, the TX port first: each needs its Flush (completions, fill-ring top-up).
   const std::vector<XskPort*>& ports() const { return ports_; }
-  const NetifStats& stats() const { return stats_; }
+  NetifStats stats() const;
+  // Sends what Output queued for the packet socket (with LwipNetifConfig::packet_tx): once per
+  // worker iteration, like the ports' Flush.
+  void FlushTx() {
+    if (packet_tx_) packet_tx_->Flush();
+  }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return next_hops_; }
 
@@ -115,6 +125,7 @@ class LwipNetif {
   uint32_t rx_pbufs_in_use_ = 0;
   NextHopCache next_hops_;
   NetifStats stats_;
+  std::unique_ptr<PacketTx> packet_tx_;
   WorkerHandoff* handoff_ = nullptr;
   uint16_t tag_ = 0;
 };

@@ -43,6 +43,7 @@ bool Worker::RunOnce() {
   const bool timers_due = sys_timeouts_sleeptime() == 0;
   sys_check_timeouts();
   for (LwipNetif* n : netifs_) {
+    n->FlushTx();
     for (XskPort* p : n->ports()) p->Flush();
   }
   ++stats_.iterations;

@@ -91,6 +91,7 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
   }
   UniqueFd Connect() { return TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort); }
   bool fast() const { return GetParam() == "xdp"; }
+  std::map<std::string, uint64_t> OneGibEachWay(const std::vector<std::string>& extra = {});
 
   // The counters once every connection has ended, each in exactly one way.
   std::map<std::string, uint64_t> WaitUntilIdle(ForwarderProcess& fwd) {
@@ -123,10 +124,11 @@ class RelayTest : public ::testing::TestWithParam<std::string> {
 };
 
 // 1 GiB from the client and 1 GiB from the backend at the same time; both hashes must match.
-TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
+// Returns the forwarder's counters once the connection has ended.
+std::map<std::string, uint64_t> RelayTest::OneGibEachWay(const std::vector<std::string>& extra) {
   constexpr uint64_t kBytes = 1ull << 30;
   UniqueFd listener = Listen();
-  auto fwd = Start();
+  auto fwd = Start(extra);
   std::promise<std::pair<StreamStats, StreamStats>> server_result;
   std::thread server([&] {
     UniqueFd c(accept(listener.get(), nullptr, nullptr));
@@ -158,6 +160,31 @@ TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
     EXPECT_GT(ForwarderProcess::Get(stats, "fast.rx_frames"), 2 * kBytes / 3840);
     EXPECT_EQ(ForwarderProcess::Get(stats, "fast.frames_held"), 0u);
   }
+  return stats;
+}
+
+// By default on veth (copy mode) the fast path sends through a packet socket: the segments of
+// a flow that lwIP sends in one batch leave as one GSO packet (stack/packet_tx.h), and the
+// receiving namespace's TCP takes them whole.
+TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
+  const auto stats = OneGibEachWay();
+  if (!fast()) return;
+  const uint64_t segments = ForwarderProcess::Get(stats, "fast.tx_socket_segments");
+  const uint64_t packets = ForwarderProcess::Get(stats, "fast.tx_socket_packets");
+  EXPECT_GT(segments, 2 * (1ull << 30) / 65536) << "2 GiB in segments of at most 64 KiB";
+  EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_socket_gso"), 0u);
+  EXPECT_LT(packets, segments / 4) << "GSO packets of a few segments at least, on average";
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_dropped"), 0u);
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_packets"), 0u) << "nothing through AF_XDP TX";
+}
+
+// --tx af-xdp: every segment leaves through the AF_XDP socket (one frame each, checksums
+// through TX metadata), the path a zero-copy NIC takes by default.
+TEST_P(RelayTest, OneGibEachWayThroughAfXdpTx) {
+  if (!fast()) GTEST_SKIP() << "a fast-path TX choice";
+  const auto stats = OneGibEachWay({"--tx", "af-xdp"});
+  EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_packets"), 2 * (1ull << 30) / 1500);
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_packets"), 0u);
 }
 
 // 1,000 connections open at once, each echoing its own message.

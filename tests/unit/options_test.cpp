@@ -155,6 +155,20 @@ TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
       << both.error().message();
 }
 
+TEST(TxOption, AfXdpOrPacketSocketUnsetMeansChosenPerInterface) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_FALSE(unset->packet_tx.has_value());
+  auto packet = Parse({"--tx", "packet"});
+  ASSERT_TRUE(packet) << packet.error().message();
+  EXPECT_EQ(packet->packet_tx, std::optional<bool>(true));
+  auto af_xdp = Parse({"--tx", "af-xdp"});
+  ASSERT_TRUE(af_xdp) << af_xdp.error().message();
+  EXPECT_EQ(af_xdp->packet_tx, std::optional<bool>(false));
+  EXPECT_NE(ErrorOf({"--tx", "xsk"}).find("expected af-xdp or packet"), std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--tx af-xdp|packet"), std::string::npos);
+}
+
 TEST(CongestionControlOption, CubicOrBbr) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();

@@ -1,0 +1,255 @@
+// TX through an AF_PACKET socket with GSO; see packet_tx.h.
+#include "stack/packet_tx.h"
+
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "os/clock.h"
+#include "os/log.h"
+
+extern "C" {
+#include "lwip/pbuf.h"
+}
+
+namespace xdpfwd {
+
+namespace {
+
+constexpr uint32_t kEth = 14;
+constexpr uint32_t kTcpChecksumAt = 16;
+constexpr uint8_t kFin = 0x01, kSyn = 0x02, kRst = 0x04, kPsh = 0x08, kAck = 0x10;
+// Flags a segment may carry and still be one of a GSO packet's segments (the kernel gives PSH
+// and FIN to the last segment only, which is where they were).
+constexpr uint8_t kMergeable = kAck | kPsh | kFin;
+
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2); }
+void Put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+uint16_t Fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
+// The IPv4 header checksum over `ihl` bytes (its checksum field zeroed first).
+void WriteIpChecksum(uint8_t* ip, uint32_t ihl) {
+  Put16(ip + 10, 0);
+  uint32_t sum = 0;
+  for (uint32_t i = 0; i < ihl; i += 2) sum += Get16(ip + i);
+  Put16(ip + 10, static_cast<uint16_t>(~Fold(sum)));
+}
+
+// What the checksum field holds when the kernel or the device completes it (NEEDS_CSUM): the
+// pseudo-header sum over the whole TCP length, folded, not complemented (as Linux's TCP leaves
+// it; GSO adjusts it per segment).
+void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len) {
+  uint32_t sum = IPPROTO_TCP + tcp_len;
+  for (int i = 12; i < 20; i += 2) sum += Get16(ip + i);
+  Put16(ip + ihl + kTcpChecksumAt, Fold(sum));
+}
+
+// The headers of an lwIP packet: lwIP puts IP and TCP headers in its first pbuf, but nothing
+// in its API promises it, so they are copied out (up to 120 bytes: both at their longest).
+struct Headers {
+  uint8_t bytes[120];
+  uint32_t ip_len = 0;  // the whole IP packet
+  uint32_t ihl = 0;
+  uint32_t tcp_header = 0;  // 0: not TCP (or too short to tell)
+  uint32_t payload = 0;
+  uint32_t seq = 0;
+  uint8_t flags = 0;
+
+  explicit Headers(const pbuf* p) : ip_len(p->tot_len) {
+    const uint32_t n = std::min<uint32_t>(ip_len, sizeof(bytes));
+    pbuf_copy_partial(p, bytes, static_cast<u16_t>(n), 0);
+    if (n < 20) return;
+    ihl = (bytes[0] & 0x0fu) * 4;
+    if (bytes[9] != IPPROTO_TCP || ihl < 20 || n < ihl + 20) return;
+    const uint32_t doff = (bytes[ihl + 12] >> 4) * 4u;
+    if (doff < 20 || n < ihl + doff) return;
+    tcp_header = doff;
+    payload = ip_len - ihl - doff;
+    seq = Get32(bytes + ihl + 4);
+    flags = bytes[ihl + 13];
+  }
+  bool tcp() const { return tcp_header != 0; }
+};
+
+}  // namespace
+
+TxBatch::TxBatch() : bytes_(kBytes) {}
+
+void TxBatch::Clear() {
+  used_ = 0;
+  count_ = 0;
+  open_ = {};
+}
+
+bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
+  const Headers h(ip);
+  if (open_.valid && h.tcp() && h.payload > 0 && (h.flags & ~kMergeable) == 0 &&
+      (h.flags & kAck) != 0) {
+    uint8_t* frame = bytes_.data() + at_[count_ - 1];
+    uint8_t* fip = frame + kEth;
+    const uint32_t ihl = (fip[0] & 0x0fu) * 4;
+    const uint32_t headers = ihl + h.tcp_header;
+    // The next segment of the same flow, same header layout and options, after full ones only,
+    // and the packet stays within what one IP packet (and GSO) can carry.
+    const bool continues =
+        kEth + headers == open_.header_bytes && ihl == h.ihl && h.seq == open_.next_seq &&
+        h.payload <= open_.mss && open_.payload % open_.mss == 0 &&
+        std::memcmp(fip + 12, h.bytes + 12, 8) == 0 &&                // addresses
+        std::memcmp(fip + ihl, h.bytes + ihl, 4) == 0 &&              // ports
+        std::memcmp(fip + ihl + 20, h.bytes + ihl + 20, h.tcp_header - 20) == 0 &&  // options
+        headers + open_.payload + h.payload <= 0xffff && segments_[count_ - 1] < kMaxSegments;
+    if (continues) {
+      if (used_ + h.payload > kBytes) return false;
+      pbuf_copy_partial(ip, bytes_.data() + used_, static_cast<u16_t>(h.payload),
+                        static_cast<u16_t>(headers));
+      used_ += h.payload;
+      len_[count_ - 1] += h.payload;
+      ++segments_[count_ - 1];
+      open_.payload += h.payload;
+      open_.next_seq += h.payload;
+      // The newest acknowledgement and window stand for the whole packet: sending them with
+      // earlier bytes too is what a later ACK would have said anyway.
+      uint8_t* tcp = fip + ihl;
+      std::memcpy(tcp + 8, h.bytes + ihl + 8, 4);    // ack
+      std::memcpy(tcp + 14, h.bytes + ihl + 14, 2);  // window
+      tcp[13] |= h.flags & (kPsh | kFin);
+      if (h.payload < open_.mss || (h.flags & kFin) != 0) open_.valid = false;
+      return true;
+    }
+  }
+  const uint32_t len = kEth + h.ip_len;
+  if (count_ == kMaxPackets || used_ + len > kBytes) return false;
+  uint8_t* frame = bytes_.data() + used_;
+  std::memcpy(frame, eth, kEth);
+  pbuf_copy_partial(ip, frame + kEth, static_cast<u16_t>(h.ip_len), 0);
+  at_[count_] = used_;
+  len_[count_] = len;
+  segments_[count_] = 1;
+  mss_[count_] = h.payload;
+  ++count_;
+  used_ += len;
+  open_ = {};
+  if (h.tcp() && h.payload > 0 && (h.flags & ~(kAck | kPsh)) == 0 && (h.flags & kAck) != 0) {
+    open_.valid = true;
+    open_.header_bytes = kEth + h.ihl + h.tcp_header;
+    open_.mss = h.payload;
+    open_.payload = h.payload;
+    open_.next_seq = h.seq + h.payload;
+  }
+  return true;
+}
+
+void TxBatch::Seal() {
+  for (uint32_t i = 0; i < count_; ++i) {
+    uint8_t* ip = bytes_.data() + at_[i] + kEth;
+    const uint32_t ip_len = len_[i] - kEth;
+    VnetHeader& v = vnet_[i];
+    v = {};
+    const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+    if (ip_len < 40 || ip[9] != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) continue;
+    if (segments_[i] > 1) {
+      Put16(ip + 2, static_cast<uint16_t>(ip_len));
+      WriteIpChecksum(ip, ihl);
+      v.gso_type = VnetHeader::kGsoTcpV4;
+      v.gso_size = static_cast<uint16_t>(mss_[i]);
+      v.hdr_len = static_cast<uint16_t>(kEth + ihl + (ip[ihl + 12] >> 4) * 4u);
+    }
+    WritePseudoHeaderSum(ip, ihl, ip_len - ihl);
+    v.flags = VnetHeader::kNeedsChecksum;
+    v.csum_start = static_cast<uint16_t>(kEth + ihl);
+    v.csum_offset = kTcpChecksumAt;
+  }
+}
+
+Result<std::unique_ptr<PacketTx>> PacketTx::Open(int ifindex, const std::string& ifname) {
+  // Protocol 0: the socket is given no received packet, it only sends.
+  UniqueFd fd(socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return SystemError(ifname + ": packet socket for TX");
+  const int one = 1;
+  if (setsockopt(fd.get(), SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) != 0) {
+    return SystemError(ifname + ": PACKET_VNET_HDR (GSO through a packet socket)");
+  }
+  // No PACKET_QDISC_BYPASS: its direct transmit drops any skb the device cannot take as it
+  // is (ENOBUFS), and a GSO packet has to be cut in software where the device has no TSO (a
+  // veth whose peer runs native XDP loses it). Through dev_queue_xmit it is cut; veth's
+  // qdisc is noqueue, a NIC's is what the kernel's own TCP goes through too.
+  // A batch is at most TxBatch::kBytes; the kernel charges each skb's truesize until the
+  // device (veth: the peer's receive) lets it go. Four batches in flight before EAGAIN.
+  const int sndbuf = 4 * static_cast<int>(TxBatch::kBytes);
+  if (setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0) {
+    (void)setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+  }
+  return std::unique_ptr<PacketTx>(new PacketTx(std::move(fd), ifindex, ifname));
+}
+
+void PacketTx::Queue(const uint8_t (&eth)[14], const pbuf* ip) {
+  if (batch_.Add(eth, ip)) return;
+  Flush();
+  if (!batch_.Add(eth, ip)) ++stats_.dropped;  // longer than a whole batch: cannot happen
+}
+
+void PacketTx::Flush() {
+  if (batch_.empty()) return;
+  batch_.Seal();
+  sockaddr_ll to{};
+  to.sll_family = AF_PACKET;
+  to.sll_ifindex = ifindex_;
+  to.sll_protocol = htons(ETH_P_IP);
+  iovec iov[2 * TxBatch::kMaxPackets];
+  mmsghdr msgs[TxBatch::kMaxPackets];
+  const uint32_t n = batch_.size();
+  for (uint32_t i = 0; i < n; ++i) {
+    iov[2 * i] = {const_cast<VnetHeader*>(&batch_.vnet(i)), sizeof(VnetHeader)};
+    const auto frame = batch_.frame(i);
+    iov[2 * i + 1] = {const_cast<uint8_t*>(frame.data()), frame.size()};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_name = &to;
+    msgs[i].msg_hdr.msg_namelen = sizeof(to);
+    msgs[i].msg_hdr.msg_iov = &iov[2 * i];
+    msgs[i].msg_hdr.msg_iovlen = 2;
+    stats_.segments += batch_.segments(i);
+    if (batch_.segments(i) > 1) ++stats_.gso_packets;
+  }
+  // sendmmsg stops at the first packet the kernel refuses (a full backlog on the receiving
+  // side, the socket's send buffer): that one is dropped, the rest are tried again.
+  for (uint32_t done = 0; done < n;) {
+    ++stats_.sends;
+    const int sent = sendmmsg(fd_.get(), msgs + done, n - done, MSG_DONTWAIT);
+    if (sent > 0) {
+      done += static_cast<uint32_t>(sent);
+      stats_.packets += static_cast<uint32_t>(sent);
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    const int err = sent < 0 ? errno : 0;
+    uint64_t held_back = 0;
+    if (refusal_log_.Count(MonotonicMs(), held_back)) {
+      Log(ifname_ + ": the kernel refused a packet from the TX packet socket: " + std::strerror(err) +
+          (batch_.segments(done) > 1 ? " (a GSO packet of " + std::to_string(batch_.segments(done)) + " segments)" : "") +
+          (held_back > 0 ? "; " + std::to_string(held_back) + " more since the last such line" : ""));
+    }
+    if (sent < 0 && errno == EAGAIN) {  // the send buffer is full: it will not drain this batch
+      stats_.dropped += n - done;
+      break;
+    }
+    ++stats_.dropped;  // this packet only (ENOBUFS: the receiving backlog was full)
+    ++done;
+  }
+  batch_.Clear();
+}
+
+}  // namespace xdpfwd

@@ -1,0 +1,225 @@
+// TxBatch (stack/packet_tx.h): which of lwIP's packets become one GSO packet, and the headers
+// the kernel gets for it. Segments of one flow in sequence merge, full ones first; anything
+// else (another flow, a gap, a short segment, a FIN, other options, a bare ACK, a SYN) starts
+// a packet of its own, and the merged packet's headers are what Linux's TCP would have built.
+#include "stack/packet_tx.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "stack/worker.h"
+
+extern "C" {
+#include "lwip/pbuf.h"
+}
+
+namespace xdpfwd {
+namespace {
+
+constexpr uint8_t kAck = 0x10, kPsh = 0x08, kFin = 0x01, kSyn = 0x02;
+constexpr uint32_t kMss = 1448;
+constexpr uint8_t kEth[14] = {2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00};
+
+struct Segment {
+  uint32_t seq = 1000;
+  uint32_t ack = 5000;
+  uint16_t window = 100;
+  uint8_t flags = kAck;
+  uint32_t payload = kMss;
+  uint16_t sport = 40000;
+  std::vector<uint8_t> options;  // a multiple of 4 bytes
+  uint8_t fill = 0;              // payload byte i is fill + i
+};
+
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2); }
+
+uint16_t Fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
+// lwIP's packet as it reaches the netif: a pbuf chain from the IP header on, headers in the
+// first pbuf and the payload in a second (as lwIP chains a segment's data behind its headers).
+pbuf* Build(const Segment& s) {
+  const uint32_t tcp_len = 20 + static_cast<uint32_t>(s.options.size());
+  std::vector<uint8_t> h(20 + tcp_len, 0);
+  h[0] = 0x45;
+  const uint16_t tot = static_cast<uint16_t>(h.size() + s.payload);
+  h[2] = static_cast<uint8_t>(tot >> 8);
+  h[3] = static_cast<uint8_t>(tot);
+  h[8] = 64;
+  h[9] = IPPROTO_TCP;
+  const uint8_t addrs[8] = {10, 0, 0, 1, 10, 0, 0, 2};
+  std::memcpy(&h[12], addrs, 8);
+  uint8_t* t = &h[20];
+  t[0] = static_cast<uint8_t>(s.sport >> 8);
+  t[1] = static_cast<uint8_t>(s.sport);
+  t[2] = 0x23;
+  t[3] = 0x28;
+  for (int i = 0; i < 4; ++i) t[4 + i] = static_cast<uint8_t>(s.seq >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i) t[8 + i] = static_cast<uint8_t>(s.ack >> (24 - 8 * i));
+  t[12] = static_cast<uint8_t>((tcp_len / 4) << 4);
+  t[13] = s.flags;
+  t[14] = static_cast<uint8_t>(s.window >> 8);
+  t[15] = static_cast<uint8_t>(s.window);
+  std::memcpy(t + 20, s.options.data(), s.options.size());
+  pbuf* head = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(h.size()), PBUF_RAM);
+  EXPECT_NE(head, nullptr);
+  pbuf_take(head, h.data(), static_cast<u16_t>(h.size()));
+  if (s.payload > 0) {
+    std::vector<uint8_t> data(s.payload);
+    for (uint32_t i = 0; i < s.payload; ++i) data[i] = static_cast<uint8_t>(s.fill + i);
+    pbuf* body = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(s.payload), PBUF_RAM);
+    EXPECT_NE(body, nullptr);
+    pbuf_take(body, data.data(), static_cast<u16_t>(s.payload));
+    pbuf_cat(head, body);
+  }
+  return head;
+}
+
+class TxBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override { InitLwipOnce(); }
+  bool Add(const Segment& s) {
+    pbuf* p = Build(s);
+    const bool added = batch_.Add(kEth, p);
+    pbuf_free(p);
+    return added;
+  }
+  // Segments `count` of kMss bytes from `seq` on, each with payload bytes from `fill` on.
+  void AddRun(uint32_t count, Segment s) {
+    for (uint32_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(Add(s));
+      s.seq += s.payload;
+      s.fill = static_cast<uint8_t>(s.fill + s.payload);
+    }
+  }
+  TxBatch batch_;
+};
+
+TEST_F(TxBatchTest, ConsecutiveSegmentsOfAFlowBecomeOneGsoPacketWithLinuxsHeaders) {
+  Segment s;
+  AddRun(3, s);
+  Segment last = s;
+  last.seq = s.seq + 3 * kMss;
+  last.fill = static_cast<uint8_t>(3 * kMss);
+  last.payload = 700;
+  last.flags = kAck | kPsh;
+  last.ack = 6000;
+  last.window = 222;
+  ASSERT_TRUE(Add(last));
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 1u);
+  EXPECT_EQ(batch_.segments(0), 4u);
+  const auto f = batch_.frame(0);
+  const uint32_t payload = 3 * kMss + 700;
+  ASSERT_EQ(f.size(), 14u + 40 + payload);
+  EXPECT_EQ(std::memcmp(f.data(), kEth, 14), 0);
+  const uint8_t* ip = f.data() + 14;
+  EXPECT_EQ(Get16(ip + 2), 40 + payload) << "the IP length of the whole packet";
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += Get16(ip + i);
+  EXPECT_EQ(Fold(sum), 0xffff) << "a valid IP header checksum";
+  const uint8_t* tcp = ip + 20;
+  EXPECT_EQ(Get32(tcp + 4), 1000u) << "the first segment's sequence number";
+  EXPECT_EQ(Get32(tcp + 8), 6000u) << "the newest acknowledgement";
+  EXPECT_EQ(Get16(tcp + 14), 222u) << "the newest window";
+  EXPECT_EQ(tcp[13], kAck | kPsh);
+  uint32_t pseudo = IPPROTO_TCP + 20 + payload;
+  for (int i = 12; i < 20; i += 2) pseudo += Get16(ip + i);
+  EXPECT_EQ(Get16(tcp + 16), Fold(pseudo)) << "the pseudo-header sum over the whole TCP length";
+  for (uint32_t i = 0; i < payload; ++i) {
+    ASSERT_EQ(tcp[20 + i], static_cast<uint8_t>(i)) << "payload byte " << i;
+  }
+  const VnetHeader& v = batch_.vnet(0);
+  EXPECT_EQ(v.flags, VnetHeader::kNeedsChecksum);
+  EXPECT_EQ(v.gso_type, VnetHeader::kGsoTcpV4);
+  EXPECT_EQ(v.gso_size, kMss);
+  EXPECT_EQ(v.hdr_len, 54u);
+  EXPECT_EQ(v.csum_start, 34u);
+  EXPECT_EQ(v.csum_offset, 16u);
+}
+
+TEST_F(TxBatchTest, OnlyTheNextSegmentOfTheSameFlowAfterFullOnesIsMerged) {
+  Segment s;
+  ASSERT_TRUE(Add(s));
+  Segment other = s;
+  other.sport = 40001;  // another flow
+  other.seq = s.seq + kMss;
+  ASSERT_TRUE(Add(other));
+  Segment gap = s;
+  gap.seq = s.seq + 2 * kMss;  // continues neither: `other` is the open packet
+  ASSERT_TRUE(Add(gap));
+  Segment skip = gap;
+  skip.seq = gap.seq + kMss + 1;  // a gap of one byte
+  ASSERT_TRUE(Add(skip));
+  Segment shorter = skip;
+  shorter.seq = skip.seq + kMss;
+  shorter.payload = 100;  // merged; closes the packet
+  ASSERT_TRUE(Add(shorter));
+  Segment after_short = shorter;
+  after_short.seq = shorter.seq + 100;
+  ASSERT_TRUE(Add(after_short));
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 5u);
+  const uint32_t want[5] = {1, 1, 1, 2, 1};
+  for (uint32_t i = 0; i < 5; ++i) EXPECT_EQ(batch_.segments(i), want[i]) << "packet " << i;
+  EXPECT_EQ(batch_.vnet(0).gso_type, 0) << "one segment: no GSO";
+  EXPECT_EQ(batch_.vnet(0).flags, VnetHeader::kNeedsChecksum) << "but the checksum offloaded";
+  EXPECT_EQ(batch_.vnet(3).gso_type, VnetHeader::kGsoTcpV4);
+}
+
+TEST_F(TxBatchTest, FinEndsAPacketAndBareAcksSynsAndOtherOptionsStandAlone) {
+  Segment s;
+  ASSERT_TRUE(Add(s));
+  Segment fin = s;
+  fin.seq = s.seq + kMss;
+  fin.flags = kAck | kFin;  // merged, the last segment
+  ASSERT_TRUE(Add(fin));
+  Segment bare = fin;
+  bare.seq = fin.seq + kMss + 1;
+  bare.payload = 0;  // a bare ACK
+  ASSERT_TRUE(Add(bare));
+  Segment syn = bare;
+  syn.flags = kSyn | kAck;
+  ASSERT_TRUE(Add(syn));
+  Segment a = bare;
+  a.payload = kMss;
+  ASSERT_TRUE(Add(a));
+  Segment sack = a;
+  sack.seq = a.seq + kMss;
+  sack.options = {1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2};  // NOP NOP SACK one block
+  ASSERT_TRUE(Add(sack));
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 5u);
+  EXPECT_EQ(batch_.segments(0), 2u);
+  EXPECT_EQ(batch_.frame(0)[14 + 20 + 13], kAck | kFin) << "FIN on the merged packet";
+  for (uint32_t i = 1; i < 5; ++i) EXPECT_EQ(batch_.segments(i), 1u) << "packet " << i;
+}
+
+TEST_F(TxBatchTest, APacketStopsAtWhatOneIpPacketCarries) {
+  AddRun(50, Segment{});  // 72,400 bytes of payload
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 2u);
+  EXPECT_EQ(batch_.segments(0), 45u) << "45 x 1448 + 40 <= 65535 < 46 x 1448 + 40";
+  EXPECT_EQ(batch_.segments(1), 5u);
+  EXPECT_LE(batch_.frame(0).size() - 14, 0xffffu);
+}
+
+TEST_F(TxBatchTest, AFullBatchRefusesAndClearStartsAgain) {
+  Segment bare;
+  bare.payload = 0;
+  for (uint32_t i = 0; i < TxBatch::kMaxPackets; ++i) ASSERT_TRUE(Add(bare)) << i;
+  EXPECT_FALSE(Add(bare));
+  batch_.Clear();
+  EXPECT_TRUE(batch_.empty());
+  EXPECT_TRUE(Add(bare));
+}
+
+}  // namespace
+}  // namespace xdpfwd
