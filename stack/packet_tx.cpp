@@ -108,8 +108,8 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
     const bool continues =
         kEth + headers == open_.header_bytes && ihl == h.ihl && h.seq == open_.next_seq &&
         h.payload <= open_.mss && open_.payload % open_.mss == 0 &&
-        std::memcmp(fip + 12, h.bytes + 12, 8) == 0 &&                // addresses
-        std::memcmp(fip + ihl, h.bytes + ihl, 4) == 0 &&              // ports
+        std::memcmp(fip + 12, h.bytes + 12, 8) == 0 &&                              // addresses
+        std::memcmp(fip + ihl, h.bytes + ihl, 4) == 0 &&                            // ports
         std::memcmp(fip + ihl + 20, h.bytes + ihl + 20, h.tcp_header - 20) == 0 &&  // options
         headers + open_.payload + h.payload <= 0xffff && segments_[count_ - 1] < kMaxSegments;
     if (continues) {
@@ -238,9 +238,13 @@ void PacketTx::Flush() {
     const int err = sent < 0 ? errno : 0;
     uint64_t held_back = 0;
     if (refusal_log_.Count(MonotonicMs(), held_back)) {
-      Log(ifname_ + ": the kernel refused a packet from the TX packet socket: " + std::strerror(err) +
-          (batch_.segments(done) > 1 ? " (a GSO packet of " + std::to_string(batch_.segments(done)) + " segments)" : "") +
-          (held_back > 0 ? "; " + std::to_string(held_back) + " more since the last such line" : ""));
+      Log(ifname_ +
+          ": the kernel refused a packet from the TX packet socket: " + std::strerror(err) +
+          (batch_.segments(done) > 1
+               ? " (a GSO packet of " + std::to_string(batch_.segments(done)) + " segments)"
+               : "") +
+          (held_back > 0 ? "; " + std::to_string(held_back) + " more since the last such line"
+                         : ""));
     }
     if (sent < 0 && errno == EAGAIN) {  // the send buffer is full: it will not drain this batch
       stats_.dropped += n - done;

@@ -3,7 +3,9 @@
 // checksum in software on the way out (validate_xmit_skb) and the receiving namespaces verify
 // every segment: a wrong pseudo-header sum or checksum offset gets segments dropped (counted
 // in InCsumErrors) and the echo stalls. --tx-checksum software is the same run with lwIP's
-// checksums.
+// checksums. --tx packet (the default on veth) sends GSO packets with the checksum left to
+// the kernel: with TX checksumming off the device has no TSO either, so the kernel cuts each
+// packet and checksums every segment in software.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <future>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/support/backend.h"
 #include "tests/support/forwarder_process.h"
@@ -55,15 +58,21 @@ class TxChecksumTest : public ::testing::TestWithParam<std::string> {
     }
   }
   bool offload() const { return GetParam() == "offload"; }
+  bool packet() const { return GetParam() == "packet"; }
 
   Topology topo_;
 };
 
 TEST_P(TxChecksumTest, EveryByteCrossesAndTheReceiversAcceptEveryChecksum) {
   Backend echo(TcpListen(topo_.server_ns(), topo_.server_addr(), kPort), EchoUntilEofOrReset);
+  const std::vector<std::string> args =
+      packet() ? std::vector<std::string>{"--tx", "packet"}
+               : std::vector<std::string>{"--tx", "af-xdp", "--tx-checksum", GetParam()};
   ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
-                       {"--tx-checksum", GetParam()});
-  const std::string expected = offload() ? "TX checksum offload" : "TX checksum software";
+                       args);
+  const std::string expected = packet()    ? "TX through a packet socket with GSO"
+                               : offload() ? "TX checksum offload"
+                                           : "TX checksum software";
   EXPECT_NE(fwd.output().find(expected), std::string::npos) << fwd.output();
   {
     UniqueFd client = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
@@ -80,6 +89,11 @@ TEST_P(TxChecksumTest, EveryByteCrossesAndTheReceiversAcceptEveryChecksum) {
   const uint64_t offloaded = ForwarderProcess::Get(stats, "fast.tx_checksum_offloaded");
   if (offload()) {
     EXPECT_GT(offloaded, 2 * 8 * 700u);
+  } else if (packet()) {
+    EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_socket_segments"), 2 * 8 * 700u);
+    EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_socket_gso"), 0u);
+    EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_dropped"), 0u);
+    EXPECT_EQ(offloaded, 0u);
   } else {
     EXPECT_EQ(offloaded, 0u);
   }
@@ -89,7 +103,7 @@ TEST_P(TxChecksumTest, EveryByteCrossesAndTheReceiversAcceptEveryChecksum) {
   EXPECT_EQ(fwd.Stop(), 0) << fwd.output();
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, TxChecksumTest, ::testing::Values("offload", "software"),
+INSTANTIATE_TEST_SUITE_P(Modes, TxChecksumTest, ::testing::Values("offload", "software", "packet"),
                          [](const auto& p) { return p.param; });
 
 }  // namespace
