@@ -67,7 +67,7 @@ pbuf* Build(const Segment& s) {
   t[13] = s.flags;
   t[14] = static_cast<uint8_t>(s.window >> 8);
   t[15] = static_cast<uint8_t>(s.window);
-  std::memcpy(t + 20, s.options.data(), s.options.size());
+  if (!s.options.empty()) std::memcpy(t + 20, s.options.data(), s.options.size());
   pbuf* head = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(h.size()), PBUF_RAM);
   EXPECT_NE(head, nullptr);
   pbuf_take(head, h.data(), static_cast<u16_t>(h.size()));
