@@ -81,11 +81,12 @@ struct QueueRx {
   X(tx_chains, "tx_chains") /* longer than a TX frame */                                     \
   X(tx_checksum_offloaded, "tx_checksum_offloaded")                                          \
   X(tx_no_neighbor, "tx_no_neighbor")         /* next hop's MAC unknown: resent */           \
-  X(tx_socket_packets, "tx_socket_packets")   /* --tx socket: packets sent, GSO ones once */ \
+  X(tx_socket_packets, "tx_socket_packets")   /* --tx packet: packets sent, GSO ones once */ \
   X(tx_socket_segments, "tx_socket_segments") /* lwIP's packets in them */                   \
   X(tx_socket_gso, "tx_socket_gso")           /* packets of more than one segment */         \
   X(tx_socket_sends, "tx_socket_sends")       /* sendmmsg calls */                           \
   X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */       \
+  X(tx_singles_af_xdp, "tx_singles_af_xdp")   /* batches without GSO: through AF_XDP */      \
   X(next_hops, "next_hops")                                                                  \
   X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                      \
   X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                    \

@@ -193,6 +193,34 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   return self;
 }
 
+void LwipNetif::FlushTx() {
+  if (!packet_tx_ || packet_tx_->batch().empty()) return;
+  TxBatch& b = packet_tx_->batch();
+  // All or nothing: part through each would let the packet socket's frames overtake the
+  // AF_XDP ones, which leave at the ports' Flush.
+  const bool af_xdp = !b.has_gso() && port_.tx_checksum_offload() &&
+                      b.longest() <= port_.tx_frame_bytes() && port_.frames().in_pool >= b.size();
+  if (!af_xdp) {
+    packet_tx_->Flush();
+    return;
+  }
+  b.Seal();
+  for (uint32_t i = 0; i < b.size(); ++i) {
+    const auto frame = port_.AllocTx();  // enough are free: checked above
+    const std::span<const uint8_t> f = b.frame(i);
+    std::memcpy(frame->data, f.data(), f.size());
+    const VnetHeader& v = b.vnet(i);
+    const auto len = static_cast<uint32_t>(f.size());
+    if (v.flags & VnetHeader::kNeedsChecksum) {
+      port_.QueueTxWithChecksum(frame->addr, len, v.csum_start, v.csum_offset);
+    } else {
+      port_.QueueTx(frame->addr, len);
+    }
+  }
+  stats_.tx_singles_af_xdp += b.size();
+  b.Clear();
+}
+
 NetifStats LwipNetif::stats() const {
   NetifStats s = stats_;
   if (packet_tx_) s.packet_tx = packet_tx_->stats();

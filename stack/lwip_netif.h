@@ -57,10 +57,11 @@ struct NetifStats {
   uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
   uint64_t tx_no_neighbor = 0;  // next hop not resolved yet: same
   uint64_t tx_oversize = 0;
-  uint64_t tx_chains = 0;        // packets longer than a TX frame, sent as a chain of frames
-  uint64_t rx_copied = 0;        // packets other workers handed over (InputCopy)
-  uint64_t rx_copy_no_pool = 0;  // of those, dropped for want of a pool pbuf (TCP resends)
-  PacketTxStats packet_tx;       // with LwipNetifConfig::packet_tx
+  uint64_t tx_chains = 0;          // packets longer than a TX frame, sent as a chain of frames
+  uint64_t rx_copied = 0;          // packets other workers handed over (InputCopy)
+  uint64_t rx_copy_no_pool = 0;    // of those, dropped for want of a pool pbuf (TCP resends)
+  PacketTxStats packet_tx;         // with LwipNetifConfig::packet_tx
+  uint64_t tx_singles_af_xdp = 0;  // of those packets, sent through the port (FlushTx)
 };
 
 class LwipNetif {
@@ -94,11 +95,11 @@ class LwipNetif {
   // Every port, the TX port first: each needs its Flush (completions, fill-ring top-up).
   const std::vector<XskPort*>& ports() const { return ports_; }
   NetifStats stats() const;
-  // Sends what Output queued for the packet socket (with LwipNetifConfig::packet_tx): once per
-  // worker iteration, like the ports' Flush.
-  void FlushTx() {
-    if (packet_tx_) packet_tx_->Flush();
-  }
+  // Sends what Output queued (with LwipNetifConfig::packet_tx): once per worker iteration,
+  // before the ports' Flush. A batch with a GSO packet goes through the packet socket; one of
+  // single segments (requests, responses, ACKs) through the AF_XDP port, cheaper per small
+  // packet (docs/stack.md), in order either way.
+  void FlushTx();
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return next_hops_; }
 

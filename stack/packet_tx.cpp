@@ -93,6 +93,8 @@ void TxBatch::Clear() {
   used_ = 0;
   count_ = 0;
   open_ = {};
+  gso_ = false;
+  longest_ = 0;
 }
 
 bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
@@ -119,6 +121,8 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
       used_ += h.payload;
       len_[count_ - 1] += h.payload;
       ++segments_[count_ - 1];
+      gso_ = true;
+      longest_ = std::max(longest_, len_[count_ - 1]);
       open_.payload += h.payload;
       open_.next_seq += h.payload;
       // The newest acknowledgement and window stand for the whole packet: sending them with
@@ -140,6 +144,7 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
   len_[count_] = len;
   segments_[count_] = 1;
   mss_[count_] = h.payload;
+  longest_ = std::max(longest_, len);
   ++count_;
   used_ += len;
   open_ = {};

@@ -65,6 +65,9 @@ class TxBatch {
 
   uint32_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
+  // Whether any frame carries more than one segment, and the longest frame.
+  bool has_gso() const { return gso_; }
+  uint32_t longest() const { return longest_; }
   std::span<const uint8_t> frame(uint32_t i) const { return {bytes_.data() + at_[i], len_[i]}; }
   const VnetHeader& vnet(uint32_t i) const { return vnet_[i]; }
   uint32_t segments(uint32_t i) const { return segments_[i]; }
@@ -86,6 +89,8 @@ class TxBatch {
   uint32_t len_[kMaxPackets];
   uint32_t segments_[kMaxPackets];
   uint32_t mss_[kMaxPackets];  // payload of each frame's first segment: its GSO size
+  bool gso_ = false;
+  uint32_t longest_ = 0;
   VnetHeader vnet_[kMaxPackets];
   Open open_;
 };
@@ -100,6 +105,9 @@ class PacketTx {
   void Queue(const uint8_t (&eth)[14], const pbuf* ip);
   // Sends what is queued: one sendmmsg, more only if the kernel refuses a packet midway.
   void Flush();
+  // What is queued, for a caller that sends a batch of single segments another way (then
+  // Clear()s it): LwipNetif::FlushTx.
+  TxBatch& batch() { return batch_; }
   const PacketTxStats& stats() const { return stats_; }
 
  private:
