@@ -2,8 +2,9 @@
 // zero-copy: each received frame enters lwIP as a custom pbuf pointing into its port's UMEM,
 // and its free callback gives the frame back to that port; a packet in a chain of frames
 // (multi-buffer) enters as a chain of such pbufs. TX goes out through the first port:
-// it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; the
-// destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
+// it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; or, with
+// LwipNetifConfig::packet_tx, into a batch that a packet socket sends with GSO (stack/
+// packet_tx.h). The destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
 #pragma once
 
 #include <netinet/in.h>
