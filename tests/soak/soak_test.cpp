@@ -301,6 +301,14 @@ TEST_P(SoakTest, MixedTrafficAtOnePercentLossLeavesNothingBehind) {
   if (HasFailure()) {
     ADD_FAILURE() << "forwarder output, counter lines but the last of each kind left out:\n"
                   << LastOfEachCounterLine(fwd.output());
+    // What the backend's kernel dropped or refused (a backend handshake that timed out: were
+    // the SYNs dropped at the listener, or their checksums refused?). Nonzero counters only.
+    std::cout << "server namespace's TCP counters (nstat -az, nonzero, listen/SYN/checksum):\n"
+              << topo_
+                     .Run(topo_.server_ns(),
+                          "nstat -az | awk '$2 != 0' | grep -E "
+                          "'Listen|Syn|ReqQ|Csum|Reset|Challenge|Drop|OutRsts'")
+                     .output;
     // Last, where the tail of a long log (CI's) still shows it.
     ADD_FAILURE() << "in short:\n" << summary << "counters:" << counters;
   }
