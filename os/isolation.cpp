@@ -8,16 +8,37 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "os/cpu_list.h"
 
 namespace xdpfwd {
 namespace {
 
+// Never throws: /proc files of a task that exits between open and read fail the read with
+// ESRCH, and libstdc++'s filebuf throws that through an istreambuf_iterator. Uncaught, it
+// ended the forwarder's control process at start (seen once in ~30 multi_queue_test starts
+// under ASan, while the test's threads came and went). A file that cannot be read is empty.
 std::string ReadFile(const std::string& path, bool* found = nullptr) {
   std::ifstream in(path);
   if (found != nullptr) *found = static_cast<bool>(in);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  try {
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// The entries of a directory, never throwing: a /proc directory may vanish while it is walked
+// (range-for's increment would throw filesystem_error).
+std::vector<std::filesystem::path> Entries(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    out.push_back(it->path());
+  }
+  return out;
 }
 
 // A kernel CPU list, or nullopt when it cannot be read as one. Some kernels print "(null)" for
@@ -61,20 +82,19 @@ IsolationFacts ReadIsolationFacts(const std::vector<int>& own) {
   IsolationFacts f;
   f.isolated = ReadFile("/sys/devices/system/cpu/isolated");
   f.nohz_full = ReadFile("/sys/devices/system/cpu/nohz_full", &f.nohz_full_known);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/irq", ec)) {
-    if (!e.is_directory(ec)) continue;
+  for (const auto& e : Entries("/proc/irq")) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(e, ec)) continue;
     bool found = false;
-    std::string list = ReadFile((e.path() / "smp_affinity_list").string(), &found);
+    std::string list = ReadFile((e / "smp_affinity_list").string(), &found);
     if (found) f.irq_affinities.push_back(std::move(list));
   }
-  for (const auto& p : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string pid = p.path().filename().string();
+  for (const auto& p : Entries("/proc")) {
+    const std::string pid = p.filename().string();
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
     if (std::find(own.begin(), own.end(), std::atoi(pid.c_str())) != own.end()) continue;
-    std::error_code tec;
-    for (const auto& t : std::filesystem::directory_iterator(p.path() / "task", tec)) {
-      if (auto task = ParseTaskStat(ReadFile((t.path() / "stat").string()))) {
+    for (const auto& t : Entries(p / "task")) {
+      if (auto task = ParseTaskStat(ReadFile((t / "stat").string()))) {
         f.tasks_by_cpu[task->second].push_back(task->first);
       }
     }
