@@ -28,16 +28,6 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname) {
 
 namespace {
 
-// The TCP pseudo-header sum (addresses, protocol, TCP length), folded but not complemented:
-// what the checksum field holds when the kernel or the device completes the checksum
-// (CHECKSUM_PARTIAL), as Linux's own TCP leaves it for an offloading device.
-uint16_t PseudoHeaderSum(const uint8_t* ip, uint32_t tcp_len) {
-  uint32_t sum = IPPROTO_TCP + tcp_len;
-  for (int i = 12; i < 20; i += 2) sum += uint32_t{ip[i]} << 8 | ip[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(sum);
-}
-
 constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
 
 void WriteEthernetHeader(uint8_t* d, const MacAddress& to, const MacAddress& from) {
@@ -115,9 +105,7 @@ struct LwipNetifCallbacks {
         p->tot_len >= ihl + kTcpChecksumAt + 2) {
       // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
       // the kernel completes it over the TCP header and payload.
-      const uint16_t sum = PseudoHeaderSum(ip, p->tot_len - ihl);
-      ip[ihl + kTcpChecksumAt] = static_cast<uint8_t>(sum >> 8);
-      ip[ihl + kTcpChecksumAt + 1] = static_cast<uint8_t>(sum);
+      WritePseudoHeaderSum(ip, ihl, p->tot_len - ihl);
       self->port_.QueueTxWithChecksum(frame->addr, SIZEOF_ETH_HDR + p->tot_len,
                                       static_cast<uint16_t>(SIZEOF_ETH_HDR + ihl), kTcpChecksumAt);
     } else {

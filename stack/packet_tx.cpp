@@ -49,15 +49,6 @@ void WriteIpChecksum(uint8_t* ip, uint32_t ihl) {
   Put16(ip + 10, static_cast<uint16_t>(~Fold(sum)));
 }
 
-// What the checksum field holds when the kernel or the device completes it (NEEDS_CSUM): the
-// pseudo-header sum over the whole TCP length, folded, not complemented (as Linux's TCP leaves
-// it; GSO adjusts it per segment).
-void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len) {
-  uint32_t sum = IPPROTO_TCP + tcp_len;
-  for (int i = 12; i < 20; i += 2) sum += Get16(ip + i);
-  Put16(ip + ihl + kTcpChecksumAt, Fold(sum));
-}
-
 // The headers of an lwIP packet: lwIP puts IP and TCP headers in its first pbuf, but nothing
 // in its API promises it, so they are copied out (up to 120 bytes: both at their longest).
 struct Headers {
@@ -86,6 +77,12 @@ struct Headers {
 };
 
 }  // namespace
+
+void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len) {
+  uint32_t sum = IPPROTO_TCP + tcp_len;
+  for (int i = 12; i < 20; i += 2) sum += Get16(ip + i);
+  Put16(ip + ihl + kTcpChecksumAt, Fold(sum));
+}
 
 TxBatch::TxBatch() : bytes_(kBytes) {}
 

@@ -43,6 +43,12 @@ struct PacketTxStats {
   uint64_t dropped = 0;      // packets the kernel refused (ENOBUFS, EAGAIN): TCP resends them
 };
 
+// Writes into the TCP checksum field of the IPv4 packet at `ip` (header `ihl` bytes) what it
+// holds when the kernel or the device completes the checksum (CHECKSUM_PARTIAL, NEEDS_CSUM,
+// AF_XDP TX metadata): the pseudo-header sum over `tcp_len` bytes, folded, not complemented, as
+// Linux's TCP leaves it for an offloading device (GSO adjusts it per segment).
+void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len);
+
 // The batch: frames packed in one buffer, each with its virtio-net header. Only the last frame
 // can grow, so appending a segment to it is a copy of its payload to the buffer's end.
 class TxBatch {
