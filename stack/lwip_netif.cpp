@@ -195,10 +195,9 @@ void LwipNetif::FlushTx() {
   b.Seal();
   for (uint32_t i = 0; i < b.size(); ++i) {
     const auto frame = port_.AllocTx();  // enough are free: checked above
-    const std::span<const uint8_t> f = b.frame(i);
-    std::memcpy(frame->data, f.data(), f.size());
+    b.CopyFrame(i, frame->data);
     const VnetHeader& v = b.vnet(i);
-    const auto len = static_cast<uint32_t>(f.size());
+    const uint32_t len = b.frame_bytes(i);
     if (v.flags & VnetHeader::kNeedsChecksum) {
       port_.QueueTxWithChecksum(frame->addr, len, v.csum_start, v.csum_offset);
     } else {

@@ -86,20 +86,44 @@ void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len) {
 
 TxBatch::TxBatch() : bytes_(kBytes) {}
 
+TxBatch::~TxBatch() { Clear(); }
+
 void TxBatch::Clear() {
+  for (uint32_t i = 0; i < pinned_count_; ++i) pbuf_free(pinned_[i]);
+  pinned_count_ = 0;
   used_ = 0;
+  total_ = 0;
   count_ = 0;
+  iov_used_ = 0;
   open_ = {};
   gso_ = false;
   longest_ = 0;
 }
 
-bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
+void TxBatch::Reference(pbuf* p, uint32_t offset, uint32_t len) {
+  for (pbuf* q = p; q != nullptr && len > 0; q = q->next) {
+    if (offset >= q->len) {
+      offset -= q->len;
+      continue;
+    }
+    const uint32_t n = std::min<uint32_t>(q->len - offset, len);
+    iov_[iov_used_++] = {static_cast<uint8_t*>(q->payload) + offset, n};
+    offset = 0;
+    len -= n;
+  }
+  pbuf_ref(p);
+  pinned_[pinned_count_++] = p;
+}
+
+bool TxBatch::Add(const uint8_t (&eth)[14], pbuf* ip) {
   const Headers h(ip);
+  // A referenced payload takes an iovec per pbuf of the chain at most.
+  const uint32_t links = pbuf_clen(ip);
+  const bool room_to_reference = iov_used_ + links <= kMaxIovecs && pinned_count_ < kMaxPinned;
   if (open_.valid && h.tcp() && h.payload > 0 && (h.flags & ~kMergeable) == 0 &&
       (h.flags & kAck) != 0) {
-    uint8_t* frame = bytes_.data() + at_[count_ - 1];
-    uint8_t* fip = frame + kEth;
+    const uint32_t last = count_ - 1;
+    uint8_t* fip = bytes_.data() + at_[last] + kEth;
     const uint32_t ihl = (fip[0] & 0x0fu) * 4;
     const uint32_t headers = ihl + h.tcp_header;
     // The next segment of the same flow, same header layout and options, after full ones only,
@@ -110,16 +134,17 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
         std::memcmp(fip + 12, h.bytes + 12, 8) == 0 &&                              // addresses
         std::memcmp(fip + ihl, h.bytes + ihl, 4) == 0 &&                            // ports
         std::memcmp(fip + ihl + 20, h.bytes + ihl + 20, h.tcp_header - 20) == 0 &&  // options
-        headers + open_.payload + h.payload <= 0xffff && segments_[count_ - 1] < kMaxSegments;
+        headers + open_.payload + h.payload <= 0xffff && segments_[last] < kMaxSegments &&
+        iov_count_[last] + links <= kMaxIovecsPerFrame;
     if (continues) {
-      if (used_ + h.payload > kBytes) return false;
-      pbuf_copy_partial(ip, bytes_.data() + used_, static_cast<u16_t>(h.payload),
-                        static_cast<u16_t>(headers));
-      used_ += h.payload;
-      len_[count_ - 1] += h.payload;
-      ++segments_[count_ - 1];
+      if (!room_to_reference || total_ + h.payload > kBytes) return false;
+      Reference(ip, headers, h.payload);
+      iov_count_[last] = iov_used_ - iov_at_[last];
+      total_ += h.payload;
+      len_[last] += h.payload;
+      ++segments_[last];
       gso_ = true;
-      longest_ = std::max(longest_, len_[count_ - 1]);
+      longest_ = std::max(longest_, len_[last]);
       open_.payload += h.payload;
       open_.next_seq += h.payload;
       // The newest acknowledgement and window stand for the whole packet: sending them with
@@ -133,17 +158,28 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
     }
   }
   const uint32_t len = kEth + h.ip_len;
-  if (count_ == kMaxPackets || used_ + len > kBytes) return false;
+  const bool reference = h.tcp() && h.payload >= kReferenceFrom;
+  const uint32_t copied = reference ? kEth + h.ihl + h.tcp_header : len;
+  if (count_ == kMaxPackets || total_ + len > kBytes || used_ + copied > kBytes ||
+      iov_used_ + 2 + (reference ? links : 0) > kMaxIovecs || (reference && !room_to_reference)) {
+    return false;
+  }
   uint8_t* frame = bytes_.data() + used_;
   std::memcpy(frame, eth, kEth);
-  pbuf_copy_partial(ip, frame + kEth, static_cast<u16_t>(h.ip_len), 0);
+  pbuf_copy_partial(ip, frame + kEth, static_cast<u16_t>(copied - kEth), 0);
   at_[count_] = used_;
   len_[count_] = len;
   segments_[count_] = 1;
   mss_[count_] = h.payload;
+  iov_at_[count_] = iov_used_;
+  iov_[iov_used_++] = {&vnet_[count_], sizeof(VnetHeader)};
+  iov_[iov_used_++] = {frame, copied};
+  if (reference) Reference(ip, copied - kEth, h.payload);
+  iov_count_[count_] = iov_used_ - iov_at_[count_];
   longest_ = std::max(longest_, len);
   ++count_;
-  used_ += len;
+  used_ += copied;
+  total_ += len;
   open_ = {};
   if (h.tcp() && h.payload > 0 && (h.flags & ~(kAck | kPsh)) == 0 && (h.flags & kAck) != 0) {
     open_.valid = true;
@@ -153,6 +189,20 @@ bool TxBatch::Add(const uint8_t (&eth)[14], const pbuf* ip) {
     open_.next_seq = h.seq + h.payload;
   }
   return true;
+}
+
+void TxBatch::CopyFrame(uint32_t i, uint8_t* to) const {
+  const auto v = iovecs(i);
+  for (size_t k = 1; k < v.size(); ++k) {  // iovec 0 is the virtio-net header
+    std::memcpy(to, v[k].iov_base, v[k].iov_len);
+    to += v[k].iov_len;
+  }
+}
+
+std::vector<uint8_t> TxBatch::Frame(uint32_t i) const {
+  std::vector<uint8_t> f(len_[i]);
+  CopyFrame(i, f.data());
+  return f;
 }
 
 void TxBatch::Seal() {
@@ -198,7 +248,7 @@ Result<std::unique_ptr<PacketTx>> PacketTx::Open(int ifindex, const std::string&
   return std::unique_ptr<PacketTx>(new PacketTx(std::move(fd), ifindex, ifname));
 }
 
-void PacketTx::Queue(const uint8_t (&eth)[14], const pbuf* ip) {
+void PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
   if (batch_.Add(eth, ip)) return;
   Flush();
   if (!batch_.Add(eth, ip)) ++stats_.dropped;  // longer than a whole batch: cannot happen
@@ -211,18 +261,15 @@ void PacketTx::Flush() {
   to.sll_family = AF_PACKET;
   to.sll_ifindex = ifindex_;
   to.sll_protocol = htons(ETH_P_IP);
-  iovec iov[2 * TxBatch::kMaxPackets];
   mmsghdr msgs[TxBatch::kMaxPackets];
   const uint32_t n = batch_.size();
   for (uint32_t i = 0; i < n; ++i) {
-    iov[2 * i] = {const_cast<VnetHeader*>(&batch_.vnet(i)), sizeof(VnetHeader)};
-    const auto frame = batch_.frame(i);
-    iov[2 * i + 1] = {const_cast<uint8_t*>(frame.data()), frame.size()};
+    const auto iov = batch_.iovecs(i);
     msgs[i] = {};
     msgs[i].msg_hdr.msg_name = &to;
     msgs[i].msg_hdr.msg_namelen = sizeof(to);
-    msgs[i].msg_hdr.msg_iov = &iov[2 * i];
-    msgs[i].msg_hdr.msg_iovlen = 2;
+    msgs[i].msg_hdr.msg_iov = const_cast<iovec*>(iov.data());
+    msgs[i].msg_hdr.msg_iovlen = iov.size();
     stats_.segments += batch_.segments(i);
     if (batch_.segments(i) > 1) ++stats_.gso_packets;
   }

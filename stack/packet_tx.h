@@ -7,6 +7,8 @@
 // One sendmmsg per batch (docs/stack.md, "TX through a packet socket").
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -49,24 +51,42 @@ struct PacketTxStats {
 // Linux's TCP leaves it for an offloading device (GSO adjusts it per segment).
 void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len);
 
-// The batch: frames packed in one buffer, each with its virtio-net header. Only the last frame
-// can grow, so appending a segment to it is a copy of its payload to the buffer's end.
+// The batch. Each frame is a list of iovecs for sendmmsg: its virtio-net header, then its
+// Ethernet, IP and TCP headers (copied into the batch's own buffer, where Seal completes them),
+// then its payload, which stays where lwIP put it: the iovecs point into lwIP's pbufs, and the
+// batch holds a reference on each packet (pbuf_ref) until Clear, so an ACK that frees a
+// segment's memory in lwIP before the batch is sent cannot free what the batch points at. The
+// kernel's copy into its skb is then the only copy of the payload on TX. Short packets (bare
+// ACKs, SYNs, payloads below kReferenceFrom) are copied whole: cheaper than pinning them.
+// Only the last frame can grow, so appending a segment to it is appending iovecs.
 class TxBatch {
  public:
   static constexpr uint32_t kMaxPackets = 128;
-  // Room for two full GSO packets and many small ones; a batch that fills up is sent early.
+  // Bytes in a batch at most, headers and payload (the packet socket's send buffer is sized
+  // from it); a batch that fills up is sent early.
   static constexpr uint32_t kBytes = 1u << 20;
   // Segments per GSO packet at most (Linux's own TCP stops at 64 KiB; so does the IP length).
   static constexpr uint32_t kMaxSegments = 64;
+  // Payloads from this size on are pointed at, not copied.
+  static constexpr uint32_t kReferenceFrom = 256;
+  // iovecs in a batch, and per frame (the kernel takes UIO_MAXIOV, 1024, per message).
+  static constexpr uint32_t kMaxIovecs = 4096;
+  static constexpr uint32_t kMaxIovecsPerFrame = 512;
+  // Packets referenced at once.
+  static constexpr uint32_t kMaxPinned = 2048;
 
   TxBatch();
+  ~TxBatch();
+  TxBatch(const TxBatch&) = delete;
+  TxBatch& operator=(const TxBatch&) = delete;
   // Queues `ip` (lwIP's IPv4 packet, a pbuf chain starting at the IP header) behind `eth`;
   // appends it to the last frame instead where it is the next segment of the same flow. False:
-  // no room left (send the batch and queue it again).
-  bool Add(const uint8_t (&eth)[14], const pbuf* ip);
+  // no room left (send the batch and queue it again). May take a reference on `ip`.
+  bool Add(const uint8_t (&eth)[14], pbuf* ip);
   // Completes the headers (IP length and checksum, the TCP pseudo-header sum, the virtio-net
   // header) of every frame; the batch is then ready for sendmmsg.
   void Seal();
+  // Empties the batch and lets go of the packets it referenced.
   void Clear();
 
   uint32_t size() const { return count_; }
@@ -74,9 +94,15 @@ class TxBatch {
   // Whether any frame carries more than one segment, and the longest frame.
   bool has_gso() const { return gso_; }
   uint32_t longest() const { return longest_; }
-  std::span<const uint8_t> frame(uint32_t i) const { return {bytes_.data() + at_[i], len_[i]}; }
+  // Frame i (Ethernet header first): its length, its iovecs for sendmmsg (the virtio-net
+  // header first, valid after Seal), and a copy of its bytes (without the virtio-net header).
+  uint32_t frame_bytes(uint32_t i) const { return len_[i]; }
+  std::span<const iovec> iovecs(uint32_t i) const { return {iov_ + iov_at_[i], iov_count_[i]}; }
+  void CopyFrame(uint32_t i, uint8_t* to) const;
+  std::vector<uint8_t> Frame(uint32_t i) const;
   const VnetHeader& vnet(uint32_t i) const { return vnet_[i]; }
   uint32_t segments(uint32_t i) const { return segments_[i]; }
+  uint32_t pinned() const { return pinned_count_; }
 
  private:
   // The last frame, while it may still take the next segment of its flow.
@@ -87,17 +113,26 @@ class TxBatch {
     uint32_t payload = 0;
     uint32_t next_seq = 0;
   };
+  // Appends iovecs for `len` bytes of `p` from `offset` on, and references `p`.
+  void Reference(pbuf* p, uint32_t offset, uint32_t len);
 
-  std::vector<uint8_t> bytes_;
-  uint32_t used_ = 0;
+  std::vector<uint8_t> bytes_;  // the copied parts: headers, short packets
+  uint32_t used_ = 0;           // of bytes_
+  uint32_t total_ = 0;          // bytes in all frames
   uint32_t count_ = 0;
-  uint32_t at_[kMaxPackets];
+  uint32_t at_[kMaxPackets];  // each frame's copied part in bytes_
   uint32_t len_[kMaxPackets];
   uint32_t segments_[kMaxPackets];
   uint32_t mss_[kMaxPackets];  // payload of each frame's first segment: its GSO size
+  uint32_t iov_at_[kMaxPackets];
+  uint32_t iov_count_[kMaxPackets];
   bool gso_ = false;
   uint32_t longest_ = 0;
   VnetHeader vnet_[kMaxPackets];
+  iovec iov_[kMaxIovecs];
+  uint32_t iov_used_ = 0;
+  pbuf* pinned_[kMaxPinned];
+  uint32_t pinned_count_ = 0;
   Open open_;
 };
 
@@ -108,7 +143,7 @@ class PacketTx {
   static Result<std::unique_ptr<PacketTx>> Open(int ifindex, const std::string& ifname);
 
   // Queues one packet; sends the batch first when it is full.
-  void Queue(const uint8_t (&eth)[14], const pbuf* ip);
+  void Queue(const uint8_t (&eth)[14], pbuf* ip);
   // Sends what is queued: one sendmmsg, more only if the kernel refuses a packet midway.
   void Flush();
   // What is queued, for a caller that sends a batch of single segments another way (then
