@@ -47,6 +47,9 @@ struct FastPathConfig {
   // Send through a packet socket with GSO (stack/packet_tx.h) rather than the AF_XDP socket;
   // unset: where the AF_XDP socket runs in copy mode.
   std::optional<bool> packet_tx;
+  // Relay bytes that leave at once by reference to their receive frame (RelayConfig::
+  // zero_copy_refs); false: copy them all.
+  bool zero_copy_relay = true;
   // --max-connections, over all workers (each takes its share); unset: every worker's lwIP
   // holds as many as its pcb pool allows (MaxConnections()).
   std::optional<uint32_t> max_connections;
@@ -96,10 +99,12 @@ struct QueueRx {
   X(lwip_pool_errors, "lwip_pool_errors")                                                    \
   X(oow_acks, "oow_acks") /* RelayState's: spoofed-segment storms */                         \
   X(oow_acks_limited, "oow_acks_limited")                                                    \
-  X(ooseq_dropped, "ooseq_dropped")     /* RelayState's: holes left by peers */              \
-  X(workers, "workers")                 /* fast-path worker processes */                     \
-  X(worker_restarts, "worker_restarts") /* workers that died and were restarted */           \
-  X(handoffs_out, "handoffs_out")       /* packets handed to their flow's owner */           \
+  X(ooseq_dropped, "ooseq_dropped")       /* RelayState's: holes left by peers */            \
+  X(bytes_referenced, "bytes_referenced") /* relayed without a copy (patch 0032) */          \
+  X(send_refs, "send_refs")               /* references on receive frames held now */        \
+  X(workers, "workers")                   /* fast-path worker processes */                   \
+  X(worker_restarts, "worker_restarts")   /* workers that died and were restarted */         \
+  X(handoffs_out, "handoffs_out")         /* packets handed to their flow's owner */         \
   X(handoffs_in, "handoffs_in")                                                              \
   X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */                    \
   X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */              \

@@ -103,6 +103,7 @@ Result<void> WorkerProcess::Setup() {
   rc.limits.max_connections = impl_.max_connections_per_worker;
   rc.backend_ports = impl_.backend_ports;
   rc.worker = index_;
+  if (!impl_.config.zero_copy_relay) rc.zero_copy_refs = 0;
   if (impl_.workers > 1) {
     rc.worker_ports = [this](in_addr source, const Endpoint& backend) {
       return PortsToward(source, backend);
@@ -124,6 +125,8 @@ void WorkerProcess::Publish() {
   s.oow_acks = st.oow_acks;
   s.oow_acks_limited = st.oow_acks_limited;
   s.ooseq_dropped = st.ooseq_dropped;
+  s.bytes_referenced = st.bytes_referenced;
+  s.send_refs = st.send_refs;
   for (auto& n : netifs_) {
     const NetifStats ns = n->stats();
     s.tx_no_neighbor += ns.tx_no_neighbor;

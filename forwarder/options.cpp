@@ -89,6 +89,10 @@ const char* Usage() {
          "  --tx af-xdp|packet       fast path: send through the AF_XDP socket, or through a\n"
          "                           packet socket that sends a flow's segments as one GSO packet\n"
          "                           (default: packet where AF_XDP runs in copy mode, as on veth)\n"
+         "  --relay-copy always|when-queued\n"
+         "                           fast path: copy every relayed byte into the other leg's\n"
+         "                           send queue, or only bytes that must wait there (default;\n"
+         "                           the rest is sent from the frame it arrived in)\n"
          "  --congestion-control cubic|bbr\n"
          "                           fast path: lwIP's congestion control, loss-based CUBIC\n"
          "                           or rate-based BBR (default), whose window a random loss\n"
@@ -277,6 +281,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--tx: expected af-xdp or packet, not " + *v};
       }
       o.packet_tx = *v == "packet";
+    } else if (a == "--relay-copy") {
+      XDPFWD_VALUE(v);
+      if (*v != "always" && *v != "when-queued") {
+        return Error{{}, "--relay-copy: expected always or when-queued, not " + *v};
+      }
+      o.zero_copy_relay = *v == "when-queued";
     } else if (a == "--congestion-control") {
       XDPFWD_VALUE(v);
       if (*v != "cubic" && *v != "bbr") {

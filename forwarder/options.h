@@ -52,6 +52,9 @@ struct Options {
   // --tx af-xdp|packet: how the fast path sends. Unset: a packet socket with GSO on interfaces
   // whose AF_XDP sockets run in copy mode, the AF_XDP socket where it is zero-copy.
   std::optional<bool> packet_tx;
+  // --relay-copy always|when-queued: false copies every relayed byte (lwIP's tcp_write with
+  // COPY); true sends bytes that leave at once from their receive frame (lwIP patch 0032).
+  bool zero_copy_relay = true;
   // --congestion-control cubic|bbr: the fast path's lwIP legs (lwIP patches 0018 and 0031).
   // BBR by default: measured faster under random loss and no slower without (docs/stack.md).
   bool bbr = true;

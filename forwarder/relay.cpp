@@ -240,7 +240,9 @@ struct Relay::Callbacks {
 Relay::Relay(const RelayConfig& config)
     : config_(config),
       ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.worker_ports,
-                               config.flow_linger_ms}) {}
+                               config.flow_linger_ms}) {
+  if (config.zero_copy_refs > 0) refs_ = std::make_unique<WriteRefPool>(config.zero_copy_refs);
+}
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));
@@ -361,7 +363,7 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
       const uint32_t space = tcp_sndbuf(to.pcb);
       if (space == 0) break;
       const u16_t n = static_cast<u16_t>(std::min<uint32_t>(head->len, space));
-      if (tcp_write(to.pcb, head->payload, n, TCP_WRITE_FLAG_COPY) != ERR_OK) break;
+      if (!Write(to.pcb, head, n)) break;
       written += n;
       head = pbuf_free_header(head, n);
     }
@@ -390,6 +392,19 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
   }
   UpdateOwed(to);
   CloseFinishedLegs(c);
+}
+
+bool Relay::Write(tcp_pcb* to, pbuf* p, uint16_t n) {
+  // A receive frame (custom pbuf) whose bytes leave at once is pinned only until the peer
+  // acknowledges them, one round trip; bytes that would wait for a window are copied, so a
+  // slow reader never pins frames (docs/relay.md, "Zero-copy relay").
+  if (refs_ != nullptr && (p->flags & PBUF_FLAG_IS_CUSTOM) != 0 &&
+      refs_->in_use() < refs_->capacity() && lwip_pcb::SendsAtOnce(to, n) &&
+      refs_->Write(to, p, p->payload, n) == ERR_OK) {
+    bytes_referenced_ += n;
+    return true;
+  }
+  return tcp_write(to, p->payload, n, TCP_WRITE_FLAG_COPY) == ERR_OK;
 }
 
 void Relay::CloseFinishedLegs(Connection& c) {
@@ -589,6 +604,8 @@ RelayState Relay::state() const {
   s.oow_acks = tcp_oow_acks_sent;
   s.oow_acks_limited = tcp_oow_acks_limited;
   s.ooseq_dropped = tcp_ooseq_dropped;
+  s.bytes_referenced = bytes_referenced_;
+  s.send_refs = refs_ != nullptr ? refs_->in_use() : 0;
   return s;
 }
 

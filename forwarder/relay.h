@@ -17,6 +17,7 @@
 #include "os/endpoint.h"
 #include "os/log.h"
 #include "os/result.h"
+#include "stack/write_ref.h"
 
 struct tcp_pcb;
 
@@ -40,6 +41,11 @@ struct RelayConfig {
   // lingering client entry holds a --flow-capacity slot: at 20k connections/s a 4.5 s linger
   // held 90k slots.
   uint64_t flow_linger_ms = 1000;
+  // Received data that goes out at once is queued on the other leg by reference to the frame it
+  // arrived in (lwIP patch 0032) instead of copied; at most this many references at once (a
+  // segment's worth of data each), so send queues can never pin more receive frames than
+  // that. 0: always copy (xdpfwd --relay-copy always).
+  uint32_t zero_copy_refs = 2048;
 };
 
 struct RelayState {
@@ -52,6 +58,10 @@ struct RelayState {
   // Segments lwIP did not queue out of order: their connection was at its limit, or the pool
   // that holds all out-of-order data was empty (patch 0022). Their peers send them again.
   uint64_t ooseq_dropped = 0;
+  // Payload bytes queued by reference (RelayConfig::zero_copy_refs) rather than copied, and the
+  // references lwIP's send queues hold now.
+  uint64_t bytes_referenced = 0;
+  uint32_t send_refs = 0;
 };
 
 class Relay {
@@ -103,9 +113,14 @@ class Relay {
   bool ExpireDeadlines();
   void ReportConnectTimeout(const Connection& c);
   void ServeWatched();
+  // Queues `n` bytes from the start of `p` on `to`: by reference where they go out at once and
+  // `p` is a receive frame, else copied. False: lwIP took nothing (its queue is full).
+  bool Write(tcp_pcb* to, pbuf* p, uint16_t n);
 
   RelayConfig config_;
   RelayCounters counters_;
+  std::unique_ptr<WriteRefPool> refs_;  // declared before anything whose teardown frees pcbs
+  uint64_t bytes_referenced_ = 0;
   FlowLedger ledger_;  // after the connections are reset, removes what they left lingering
   std::vector<std::unique_ptr<Listener>> listeners_;
   IntrusiveList<Connection, ByActivity> live_;

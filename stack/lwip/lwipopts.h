@@ -57,6 +57,9 @@
 #define PBUF_POOL_SIZE 32768
 #define PBUF_POOL_BUFSIZE 2048
 #define TCP_OOSEQ_COPY_EXTERNAL 1
+/* tcp_write_ref (patch 0032): the relay sends received data without copying it, lwIP's send
+ * queue holding a reference on the frame it arrived in until the data is acknowledged. */
+#define TCP_WRITE_REF 1
 /* One pcb's share of that pool: a whole window (TCP_WND) of full-sized segments at MTU 1500
  * (718, a buffer each), so an honest sender never loses queued data to it (a limit of 256 made
  * the wire tests' 400-segment flights resend what lay above 256); what it bounds is a window

@@ -169,6 +169,21 @@ TEST(TxOption, AfXdpOrPacketSocketUnsetMeansChosenPerInterface) {
   EXPECT_NE(std::string(Usage()).find("--tx af-xdp|packet"), std::string::npos);
 }
 
+TEST(RelayCopyOption, AlwaysOrWhenQueued) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_TRUE(unset->zero_copy_relay);
+  auto always = Parse({"--relay-copy", "always"});
+  ASSERT_TRUE(always) << always.error().message();
+  EXPECT_FALSE(always->zero_copy_relay);
+  auto queued = Parse({"--relay-copy", "when-queued"});
+  ASSERT_TRUE(queued) << queued.error().message();
+  EXPECT_TRUE(queued->zero_copy_relay);
+  EXPECT_NE(ErrorOf({"--relay-copy", "never"}).find("expected always or when-queued"),
+            std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--relay-copy always|when-queued"), std::string::npos);
+}
+
 TEST(CongestionControlOption, CubicOrBbr) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
