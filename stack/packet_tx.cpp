@@ -60,14 +60,21 @@ struct Headers {
   uint32_t seq = 0;
   uint8_t flags = 0;
 
+  // Copies the headers and nothing more: the payload may lie in a receive frame the worker
+  // has not touched (the zero-copy relay), and reading it here would only move the cache
+  // misses of the kernel's copy into this one.
   explicit Headers(const pbuf* p) : ip_len(p->tot_len) {
-    const uint32_t n = std::min<uint32_t>(ip_len, sizeof(bytes));
-    pbuf_copy_partial(p, bytes, static_cast<u16_t>(n), 0);
-    if (n < 20) return;
+    if (ip_len < 20) return;
+    pbuf_copy_partial(p, bytes, 20, 0);
     ihl = (bytes[0] & 0x0fu) * 4;
-    if (bytes[9] != IPPROTO_TCP || ihl < 20 || n < ihl + 20) return;
+    if (bytes[9] != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) return;
+    pbuf_copy_partial(p, bytes + 20, static_cast<u16_t>(ihl), 20);  // IP options, TCP's 20
     const uint32_t doff = (bytes[ihl + 12] >> 4) * 4u;
-    if (doff < 20 || n < ihl + doff) return;
+    if (doff < 20 || ip_len < ihl + doff) return;
+    if (doff > 20) {
+      pbuf_copy_partial(p, bytes + ihl + 20, static_cast<u16_t>(doff - 20),
+                        static_cast<u16_t>(ihl + 20));
+    }
     tcp_header = doff;
     payload = ip_len - ihl - doff;
     seq = Get32(bytes + ihl + 4);
