@@ -395,11 +395,12 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
 }
 
 bool Relay::Write(tcp_pcb* to, pbuf* p, uint16_t n) {
-  // A receive frame (custom pbuf) whose bytes leave at once is pinned only until the peer
-  // acknowledges them, one round trip; bytes that would wait for a window are copied, so a
-  // slow reader never pins frames (docs/relay.md, "Zero-copy relay").
+  // A receive frame (custom pbuf) whose bytes fit the window the peer offers is pinned only
+  // until the peer acknowledges them, a round trip or so; bytes that would wait for the peer
+  // to open its window are copied, so a slow reader never pins frames (docs/relay.md,
+  // "Zero-copy relay").
   if (refs_ != nullptr && (p->flags & PBUF_FLAG_IS_CUSTOM) != 0 &&
-      refs_->in_use() < refs_->capacity() && lwip_pcb::SendsAtOnce(to, n) &&
+      refs_->in_use() < refs_->capacity() && lwip_pcb::FitsPeerWindow(to, n) &&
       refs_->Write(to, p, p->payload, n) == ERR_OK) {
     bytes_referenced_ += n;
     return true;

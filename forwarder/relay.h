@@ -41,10 +41,10 @@ struct RelayConfig {
   // lingering client entry holds a --flow-capacity slot: at 20k connections/s a 4.5 s linger
   // held 90k slots.
   uint64_t flow_linger_ms = 1000;
-  // Received data that goes out at once is queued on the other leg by reference to the frame it
-  // arrived in (lwIP patch 0032) instead of copied; at most this many references at once (a
-  // segment's worth of data each), so send queues can never pin more receive frames than
-  // that. 0: always copy (xdpfwd --relay-copy always).
+  // Received data that fits the peer's window is queued on the other leg by reference to the
+  // frame it arrived in (lwIP patch 0032) instead of copied; at most this many references at
+  // once (a segment's worth of data each), so send queues can never pin more receive frames
+  // than that. 0: always copy (xdpfwd --relay-copy always).
   uint32_t zero_copy_refs = 2048;
 };
 
@@ -113,8 +113,8 @@ class Relay {
   bool ExpireDeadlines();
   void ReportConnectTimeout(const Connection& c);
   void ServeWatched();
-  // Queues `n` bytes from the start of `p` on `to`: by reference where they go out at once and
-  // `p` is a receive frame, else copied. False: lwIP took nothing (its queue is full).
+  // Queues `n` bytes from the start of `p` on `to`: by reference where they fit the peer's
+  // window and `p` is a receive frame, else copied. False: lwIP took nothing (queue full).
   bool Write(tcp_pcb* to, pbuf* p, uint16_t n);
 
   RelayConfig config_;

@@ -43,13 +43,13 @@ inline bool AllAcknowledged(const tcp_pcb* pcb) {
   return pcb->unsent == nullptr && pcb->unacked == nullptr && (pcb->flags & TF_CLOSEPEND) == 0;
 }
 
-// Whether `n` more bytes queued now go out at the next tcp_output: with what is queued and not
-// yet sent, and what is in flight, they fit both the congestion window and the peer's. Data
-// that does not may wait as long as the peer keeps its window closed.
-inline bool SendsAtOnce(const tcp_pcb* pcb, uint32_t n) {
+// Whether `n` more bytes queued now fit the window the peer offers, with what is in flight and
+// what is queued before them: the peer has room for them, so they leave as soon as the
+// congestion window lets them (a round trip or so) and are acknowledged. Bytes beyond it may
+// wait as long as the peer keeps its window closed (a slow reader).
+inline bool FitsPeerWindow(const tcp_pcb* pcb, uint32_t n) {
   const uint32_t queued = pcb->snd_lbb - pcb->lastack;  // in flight + not yet sent
-  const uint32_t window = pcb->cwnd < pcb->snd_wnd ? pcb->cwnd : pcb->snd_wnd;
-  return queued + n <= window;
+  return queued + n <= pcb->snd_wnd;
 }
 
 // Ends a TIME_WAIT at lwIP's next slow-timer tick (TCP_SLOW_INTERVAL) instead of 2 * MSL from
