@@ -104,6 +104,7 @@ Result<void> WorkerProcess::Setup() {
   rc.backend_ports = impl_.backend_ports;
   rc.worker = index_;
   if (!impl_.config.zero_copy_relay) rc.zero_copy_refs = 0;
+  worker_.HoldOutOfOrderAcks(impl_.config.ooseq_ack_hold);
   if (impl_.workers > 1) {
     rc.worker_ports = [this](in_addr source, const Endpoint& backend) {
       return PortsToward(source, backend);
@@ -170,6 +171,8 @@ void WorkerProcess::Publish() {
   s.worker_busy_ns = w.busy_ns;
   s.worker_iterations = w.iterations;
   s.lwip_retransmits = w.lwip_tcp_retransmits;
+  s.ooseq_acks_held = w.ooseq_acks_held;
+  s.ooseq_acks_sent_late = w.ooseq_acks_sent_late;
   s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
   s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
   // Release: the numbers above are written before the control process may read them.

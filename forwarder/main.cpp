@@ -113,6 +113,7 @@ int Run(const Options& o) {
     fc.tx_budget = o.tx_budget;
     fc.packet_tx = o.packet_tx;
     fc.zero_copy_relay = o.zero_copy_relay;
+    fc.ooseq_ack_hold = o.ooseq_ack_hold;
     xdpfwd_lwip_set_bbr(o.bbr);  // read by each lwIP pcb as it is created, on the worker
     if (o.path == PathChoice::kXdp && fast_rules.size() != o.rules.size()) {
       Log("--path xdp: the fast path takes IPv4 rules with a concrete listen address only; use "

@@ -93,6 +93,10 @@ const char* Usage() {
          "                           fast path: copy every relayed byte into the other leg's\n"
          "                           send queue, or only bytes that must wait there (default;\n"
          "                           the rest is sent from the frame it arrived in)\n"
+         "  --ooseq-ack hold|now     fast path: the ACK (with SACK) of out-of-order data waits "
+         "one\n"
+         "                           worker iteration, so a segment that was only late does not\n"
+         "                           make the peer resend it (default), or leaves at once\n"
          "  --congestion-control cubic|bbr\n"
          "                           fast path: lwIP's congestion control, loss-based CUBIC\n"
          "                           or rate-based BBR (default), whose window a random loss\n"
@@ -287,6 +291,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--relay-copy: expected always or when-queued, not " + *v};
       }
       o.zero_copy_relay = *v == "when-queued";
+    } else if (a == "--ooseq-ack") {
+      XDPFWD_VALUE(v);
+      if (*v != "hold" && *v != "now") {
+        return Error{{}, "--ooseq-ack: expected hold or now, not " + *v};
+      }
+      o.ooseq_ack_hold = *v == "hold";
     } else if (a == "--congestion-control") {
       XDPFWD_VALUE(v);
       if (*v != "cubic" && *v != "bbr") {

@@ -55,6 +55,9 @@ struct Options {
   // --relay-copy always|when-queued: false copies every relayed byte (lwIP's tcp_write with
   // COPY); true sends bytes that leave at once from their receive frame (lwIP patch 0032).
   bool zero_copy_relay = true;
+  // --ooseq-ack hold|now: the ACK of out-of-order data waits one worker iteration (lwIP patch
+  // 0033: through veth a peer's segments arrive out of order without loss), or leaves at once.
+  bool ooseq_ack_hold = true;
   // --congestion-control cubic|bbr: the fast path's lwIP legs (lwIP patches 0018 and 0031).
   // BBR by default: measured faster under random loss and no slower without (docs/stack.md).
   bool bbr = true;

@@ -16,6 +16,7 @@ extern "C" {
 #include "lwip/init.h"
 #include "lwip/memp.h"
 #include "lwip/stats.h"
+#include "lwip/tcp.h"
 #include "lwip/timeouts.h"
 }
 
@@ -27,6 +28,8 @@ void InitLwipOnce() {
 }
 
 uint32_t LwipConnectionCapacity() { return (MEMP_NUM_TCP_PCB - 1024) / 2; }
+
+void Worker::HoldOutOfOrderAcks(bool on) { tcp_ooseq_ack_hold = on ? 1 : 0; }
 
 bool Worker::RunOnce() {
   uint32_t received = 0;
@@ -42,6 +45,8 @@ bool Worker::RunOnce() {
   // timer list's head.
   const bool timers_due = sys_timeouts_sleeptime() == 0;
   sys_check_timeouts();
+  // Held out-of-order ACKs from the iteration before (lwIP patch 0033) join this one's TX.
+  tcp_ooseq_ack_release();
   for (LwipNetif* n : netifs_) {
     n->FlushTx();
     for (XskPort* p : n->ports()) p->Flush();
@@ -101,6 +106,8 @@ WorkerStats Worker::stats() const {
   s.lwip_ip_drops = lwip_stats.ip.drop;
   s.lwip_tcp_drops = lwip_stats.tcp.drop;
   s.lwip_tcp_retransmits = lwip_stats.mib2.tcpretranssegs;
+  s.ooseq_acks_held = tcp_ooseq_acks_held;
+  s.ooseq_acks_sent_late = tcp_ooseq_acks_released;
   for (int i = 0; i < MEMP_MAX; ++i) s.lwip_memp_errors += lwip_stats.memp[i]->err;
   s.lwip_heap_errors = lwip_stats.mem.err;
   return s;

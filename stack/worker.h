@@ -29,6 +29,9 @@ struct WorkerStats {
   // retransmissions, and pool allocation failures.
   uint64_t lwip_ip_drops = 0, lwip_tcp_drops = 0, lwip_tcp_retransmits = 0;
   uint64_t lwip_memp_errors = 0, lwip_heap_errors = 0;
+  // HoldOutOfOrderAcks: out-of-order segments whose ACK waited, and the held ACKs sent a
+  // round later (the rest were said by an ACK that went out meanwhile, or owed nothing).
+  uint64_t ooseq_acks_held = 0, ooseq_acks_sent_late = 0;
 };
 
 class Worker {
@@ -39,6 +42,10 @@ class Worker {
   // N workers: packets other workers hand over are taken from `handoff` every iteration and
   // fed to the netif their tag names (its index in Add's order, the same in every worker).
   void SetHandoff(WorkerHandoff* handoff) { handoff_ = handoff; }
+  // Whether lwIP holds the ACK of out-of-order data for one iteration (lwIP patch 0033): a
+  // segment that was only late then fills the hole first, and the peer does not resend it.
+  // Off until set.
+  void HoldOutOfOrderAcks(bool on);
 
   // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
   // runs once per iteration on this thread, for work that must touch lwIP, with the

@@ -60,6 +60,10 @@
 /* tcp_write_ref (patch 0032): the relay sends received data without copying it, lwIP's send
  * queue holding a reference on the frame it arrived in until the data is acknowledged. */
 #define TCP_WRITE_REF 1
+/* tcp_ooseq_ack_release (patch 0033): the ACK of out-of-order data waits one round of input
+ * while tcp_ooseq_ack_hold is set (the worker's --ooseq-ack), so a segment that was only late
+ * does not make a SACK peer resend it. */
+#define TCP_OOSEQ_ACK_HOLD 1
 /* One pcb's share of that pool: a whole window (TCP_WND) of full-sized segments at MTU 1500
  * (718, a buffer each), so an honest sender never loses queued data to it (a limit of 256 made
  * the wire tests' 400-segment flights resend what lay above 256); what it bounds is a window

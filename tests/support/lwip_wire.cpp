@@ -285,7 +285,12 @@ size_t LwipWire::Pump(int max_rounds) {
       (packet.due_tick <= ticks_ ? batch : later).push_back(std::move(packet));
     }
     queue_.swap(later);
-    if (batch.empty()) return delivered;
+    if (batch.empty()) {
+      // ACKs lwIP holds for a round (patch 0033) are part of what the wire still has to say.
+      if (!tcp_ooseq_ack_pending()) return delivered;
+      tcp_ooseq_ack_release();
+      continue;
+    }
     round_us_ += kRoundUs;
     SetClock();
     std::vector<WirePacket> held;
@@ -307,6 +312,8 @@ size_t LwipWire::Pump(int max_rounds) {
       Deliver(packet);
       ++delivered;
     }
+    // A round is the worker's iteration: its input, then what it sends (stack/worker.cpp).
+    tcp_ooseq_ack_release();
   }
   ADD_FAILURE() << "the wire is still busy after " << max_rounds << " rounds (" << queue_.size()
                 << " packets queued)";

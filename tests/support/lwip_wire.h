@@ -99,8 +99,9 @@ class LwipWire {
   static tcp_pcb* ListenOnB(uint16_t port, void* arg, tcp_accept_fn accept);
 
   // Delivers queued packets, and what they provoke, until the wire is quiet. Each round takes
-  // everything queued so far. More than `max_rounds` rounds is a test failure (a packet storm).
-  // Returns the number delivered.
+  // everything queued so far, then releases the out-of-order ACKs lwIP held (patch 0033), as
+  // the worker does once per iteration. More than `max_rounds` rounds is a test failure (a packet
+  // storm). Returns the number delivered.
   size_t Pump(int max_rounds = 1000);
 
   // Queues a copy of a packet seen earlier (a retransmission) for the next Pump().

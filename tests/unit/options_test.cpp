@@ -184,6 +184,20 @@ TEST(RelayCopyOption, AlwaysOrWhenQueued) {
   EXPECT_NE(std::string(Usage()).find("--relay-copy always|when-queued"), std::string::npos);
 }
 
+TEST(OoseqAckOption, HoldOrNow) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_TRUE(unset->ooseq_ack_hold);
+  auto now = Parse({"--ooseq-ack", "now"});
+  ASSERT_TRUE(now) << now.error().message();
+  EXPECT_FALSE(now->ooseq_ack_hold);
+  auto hold = Parse({"--ooseq-ack", "hold"});
+  ASSERT_TRUE(hold) << hold.error().message();
+  EXPECT_TRUE(hold->ooseq_ack_hold);
+  EXPECT_NE(ErrorOf({"--ooseq-ack", "later"}).find("expected hold or now"), std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--ooseq-ack hold|now"), std::string::npos);
+}
+
 TEST(CongestionControlOption, CubicOrBbr) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
