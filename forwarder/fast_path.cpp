@@ -175,6 +175,7 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
     }
   }
   nc.packet_tx = i.packet_tx;
+  nc.small_batches = config.small_batches;
   return {};
 }
 

@@ -19,6 +19,7 @@
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
 #include "os/result.h"
+#include "stack/packet_tx.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd {
@@ -47,6 +48,8 @@ struct FastPathConfig {
   // Send through a packet socket with GSO (stack/packet_tx.h) rather than the AF_XDP socket;
   // unset: where the AF_XDP socket runs in copy mode.
   std::optional<bool> packet_tx;
+  // With the packet socket: batches of single segments through the AF_XDP port (--tx-small).
+  SmallBatchTx small_batches = SmallBatchTx::kAcksThroughPacket;
   // Relay bytes that leave at once by reference to their receive frame (RelayConfig::
   // zero_copy_refs); false: copy them all.
   bool zero_copy_relay = true;

@@ -112,6 +112,7 @@ int Run(const Options& o) {
     fc.tx_checksum_offload = o.tx_checksum_offload;
     fc.tx_budget = o.tx_budget;
     fc.packet_tx = o.packet_tx;
+    fc.small_batches = o.small_batches;
     fc.zero_copy_relay = o.zero_copy_relay;
     fc.ooseq_ack_hold = o.ooseq_ack_hold;
     xdpfwd_lwip_set_bbr(o.bbr);  // read by each lwIP pcb as it is created, on the worker

@@ -89,6 +89,11 @@ const char* Usage() {
          "  --tx af-xdp|packet       fast path: send through the AF_XDP socket, or through a\n"
          "                           packet socket that sends a flow's segments as one GSO packet\n"
          "                           (default: packet where AF_XDP runs in copy mode, as on veth)\n"
+         "  --tx-small af-xdp|acks|packet\n"
+         "                           fast path, with the packet socket: send a batch of single\n"
+         "                           segments (requests, ACKs) through the AF_XDP socket,\n"
+         "                           through the packet socket when it holds bare ACKs only\n"
+         "                           (default), or through the packet socket always\n"
          "  --relay-copy always|when-queued\n"
          "                           fast path: copy every relayed byte into the other leg's\n"
          "                           send queue, or only bytes that must wait there (default;\n"
@@ -285,6 +290,17 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--tx: expected af-xdp or packet, not " + *v};
       }
       o.packet_tx = *v == "packet";
+    } else if (a == "--tx-small") {
+      XDPFWD_VALUE(v);
+      if (*v == "af-xdp") {
+        o.small_batches = SmallBatchTx::kAfXdp;
+      } else if (*v == "acks") {
+        o.small_batches = SmallBatchTx::kAcksThroughPacket;
+      } else if (*v == "packet") {
+        o.small_batches = SmallBatchTx::kPacket;
+      } else {
+        return Error{{}, "--tx-small: expected af-xdp, acks or packet, not " + *v};
+      }
     } else if (a == "--relay-copy") {
       XDPFWD_VALUE(v);
       if (*v != "always" && *v != "when-queued") {

@@ -52,6 +52,8 @@ struct Options {
   // --tx af-xdp|packet: how the fast path sends. Unset: a packet socket with GSO on interfaces
   // whose AF_XDP sockets run in copy mode, the AF_XDP socket where it is zero-copy.
   std::optional<bool> packet_tx;
+  // --tx-small af-xdp|packet: with the packet socket, where batches of single segments go.
+  SmallBatchTx small_batches = SmallBatchTx::kAcksThroughPacket;
   // --relay-copy always|when-queued: false copies every relayed byte (lwIP's tcp_write with
   // COPY); true sends bytes that leave at once from their receive frame (lwIP patch 0032).
   bool zero_copy_relay = true;

@@ -186,7 +186,10 @@ void LwipNetif::FlushTx() {
   TxBatch& b = packet_tx_->batch();
   // All or nothing: part through each would let the packet socket's frames overtake the
   // AF_XDP ones, which leave at the ports' Flush.
-  const bool af_xdp = !b.has_gso() && port_.tx_checksum_offload() &&
+  const bool small_af_xdp =
+      config_.small_batches == SmallBatchTx::kAfXdp ||
+      (config_.small_batches == SmallBatchTx::kAcksThroughPacket && !b.bare_acks_only());
+  const bool af_xdp = small_af_xdp && !b.has_gso() && port_.tx_checksum_offload() &&
                       b.longest() <= port_.tx_frame_bytes() && port_.frames().in_pool >= b.size();
   if (!af_xdp) {
     packet_tx_->Flush();

@@ -104,6 +104,7 @@ void TxBatch::Clear() {
   iov_used_ = 0;
   open_ = {};
   gso_ = false;
+  not_bare_ack_ = false;
   longest_ = 0;
 }
 
@@ -164,6 +165,7 @@ bool TxBatch::Add(const uint8_t (&eth)[14], pbuf* ip) {
       return true;
     }
   }
+  if (!h.tcp() || h.payload > 0 || h.flags != kAck) not_bare_ack_ = true;
   const uint32_t len = kEth + h.ip_len;
   const bool reference = h.tcp() && h.payload >= kReferenceFrom;
   const uint32_t copied = reference ? kEth + h.ihl + h.tcp_header : len;

@@ -37,6 +37,13 @@ struct VnetHeader {
 };
 static_assert(sizeof(VnetHeader) == 10, "the kernel's struct VnetHeader");
 
+// With a packet socket for TX, where a batch without a GSO packet goes: through the AF_XDP port,
+// cheaper per small packet; through the packet socket when it holds bare ACKs only (the
+// default: a bulk sender's ACKs; a veth peer with GRO and threaded NAPI receives a packet
+// socket's skbs in its own thread, AF_XDP's in the sender's softirq, docs/stack.md); or through
+// the packet socket always.
+enum class SmallBatchTx { kAfXdp, kAcksThroughPacket, kPacket };
+
 struct PacketTxStats {
   uint64_t packets = 0;      // handed to the kernel; a GSO packet counts once
   uint64_t segments = 0;     // lwIP's packets in them
@@ -93,6 +100,8 @@ class TxBatch {
   bool empty() const { return count_ == 0; }
   // Whether any frame carries more than one segment, and the longest frame.
   bool has_gso() const { return gso_; }
+  // Whether every frame is a bare ACK (TCP, ACK flag alone, no payload; options allowed).
+  bool bare_acks_only() const { return !empty() && !not_bare_ack_; }
   uint32_t longest() const { return longest_; }
   // Frame i (Ethernet header first): its length, its iovecs for sendmmsg (the virtio-net
   // header first, valid after Seal), and a copy of its bytes (without the virtio-net header).
@@ -127,6 +136,7 @@ class TxBatch {
   uint32_t iov_at_[kMaxPackets];
   uint32_t iov_count_[kMaxPackets];
   bool gso_ = false;
+  bool not_bare_ack_ = false;
   uint32_t longest_ = 0;
   VnetHeader vnet_[kMaxPackets];
   iovec iov_[kMaxIovecs];

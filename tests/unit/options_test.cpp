@@ -184,6 +184,22 @@ TEST(RelayCopyOption, AlwaysOrWhenQueued) {
   EXPECT_NE(std::string(Usage()).find("--relay-copy always|when-queued"), std::string::npos);
 }
 
+TEST(TxSmallOption, AfXdpAcksOrPacket) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_EQ(unset->small_batches, SmallBatchTx::kAcksThroughPacket);
+  for (const auto& [word, want] : {std::pair{"af-xdp", SmallBatchTx::kAfXdp},
+                                   std::pair{"acks", SmallBatchTx::kAcksThroughPacket},
+                                   std::pair{"packet", SmallBatchTx::kPacket}}) {
+    auto o = Parse({"--tx-small", word});
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->small_batches, want) << word;
+  }
+  EXPECT_NE(ErrorOf({"--tx-small", "xsk"}).find("expected af-xdp, acks or packet"),
+            std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--tx-small af-xdp|acks|packet"), std::string::npos);
+}
+
 TEST(OoseqAckOption, HoldOrNow) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();

@@ -210,6 +210,34 @@ TEST_F(TxBatchTest, FinEndsAPacketAndBareAcksSynsAndOtherOptionsStandAlone) {
   for (uint32_t i = 1; i < 5; ++i) EXPECT_EQ(batch_.segments(i), 1u) << "packet " << i;
 }
 
+// LwipNetif::FlushTx sends a batch of bare ACKs through the packet socket with --tx-small acks:
+// ACK flag alone, no payload, options (SACK) allowed; any other packet makes it a mixed batch.
+TEST_F(TxBatchTest, ABatchKnowsWhetherItHoldsBareAcksOnly) {
+  EXPECT_FALSE(batch_.bare_acks_only()) << "empty";
+  Segment bare;
+  bare.payload = 0;
+  ASSERT_TRUE(Add(bare));
+  Segment sack = bare;
+  sack.options = {1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2};  // NOP NOP SACK one block
+  ASSERT_TRUE(Add(sack));
+  EXPECT_TRUE(batch_.bare_acks_only());
+  for (const uint8_t flags : {uint8_t{kAck | kPsh}, uint8_t{kAck | kFin}, uint8_t{kSyn | kAck}}) {
+    batch_.Clear();
+    ASSERT_TRUE(Add(bare));
+    Segment other = bare;
+    other.flags = flags;
+    ASSERT_TRUE(Add(other));
+    EXPECT_FALSE(batch_.bare_acks_only()) << "flags " << int{flags};
+  }
+  batch_.Clear();
+  Segment data;
+  ASSERT_TRUE(Add(data));
+  ASSERT_TRUE(Add(bare));
+  EXPECT_FALSE(batch_.bare_acks_only()) << "data";
+  batch_.Clear();
+  EXPECT_FALSE(batch_.bare_acks_only()) << "cleared";
+}
+
 TEST_F(TxBatchTest, APacketStopsAtWhatOneIpPacketCarries) {
   AddRun(50, Segment{});  // 72,400 bytes of payload
   batch_.Seal();
