@@ -94,6 +94,7 @@ struct QueueRx {
   X(tx_socket_segments, "tx_socket_segments") /* lwIP's packets in them */                    \
   X(tx_socket_gso, "tx_socket_gso")           /* packets of more than one segment */          \
   X(tx_socket_sends, "tx_socket_sends")       /* sendmmsg calls */                            \
+  X(tx_socket_deferred, "tx_socket_deferred") /* refused for want of room: sent later */      \
   X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */        \
   X(tx_singles_af_xdp, "tx_singles_af_xdp")   /* batches without GSO: through AF_XDP */       \
   X(next_hops, "next_hops")                                                                   \

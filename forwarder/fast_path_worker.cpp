@@ -136,6 +136,7 @@ void WorkerProcess::Publish() {
     s.tx_socket_segments += ns.packet_tx.segments;
     s.tx_socket_gso += ns.packet_tx.gso_packets;
     s.tx_socket_sends += ns.packet_tx.sends;
+    s.tx_socket_deferred += ns.packet_tx.deferred;
     s.tx_socket_dropped += ns.packet_tx.dropped;
     s.tx_singles_af_xdp += ns.tx_singles_af_xdp;
     s.rx_copied += ns.rx_copied;

@@ -189,8 +189,9 @@ void LwipNetif::FlushTx() {
   const bool small_af_xdp =
       config_.small_batches == SmallBatchTx::kAfXdp ||
       (config_.small_batches == SmallBatchTx::kAcksThroughPacket && !b.bare_acks_only());
-  const bool af_xdp = small_af_xdp && !b.has_gso() && port_.tx_checksum_offload() &&
-                      b.longest() <= port_.tx_frame_bytes() && port_.frames().in_pool >= b.size();
+  const bool af_xdp = small_af_xdp && !packet_tx_->deferring() && !b.has_gso() &&
+                      port_.tx_checksum_offload() && b.longest() <= port_.tx_frame_bytes() &&
+                      port_.frames().in_pool >= b.size();
   if (!af_xdp) {
     packet_tx_->Flush();
     return;

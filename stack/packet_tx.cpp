@@ -101,11 +101,17 @@ void TxBatch::Clear() {
   used_ = 0;
   total_ = 0;
   count_ = 0;
+  first_unsent_ = 0;
   iov_used_ = 0;
   open_ = {};
   gso_ = false;
   not_bare_ack_ = false;
   longest_ = 0;
+}
+
+void TxBatch::Sent(uint32_t n) {
+  first_unsent_ += n;
+  if (first_unsent_ >= count_) Clear();
 }
 
 void TxBatch::Reference(pbuf* p, uint32_t offset, uint32_t len) {
@@ -257,6 +263,12 @@ Result<std::unique_ptr<PacketTx>> PacketTx::Open(int ifindex, const std::string&
   return std::unique_ptr<PacketTx>(new PacketTx(std::move(fd), ifindex, ifname));
 }
 
+std::unique_ptr<PacketTx> PacketTx::ForTest(SendFn send, const std::string& ifname) {
+  std::unique_ptr<PacketTx> tx(new PacketTx(UniqueFd(), 0, ifname));
+  tx->send_ = std::move(send);
+  return tx;
+}
+
 void PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
   if (batch_.Add(eth, ip)) return;
   Flush();
@@ -265,35 +277,47 @@ void PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
 
 void PacketTx::Flush() {
   if (batch_.empty()) return;
-  batch_.Seal();
+  batch_.Seal();  // again for frames kept from the last flush: it only rewrites their headers
   sockaddr_ll to{};
   to.sll_family = AF_PACKET;
   to.sll_ifindex = ifindex_;
   to.sll_protocol = htons(ETH_P_IP);
   mmsghdr msgs[TxBatch::kMaxPackets];
+  const uint32_t first = batch_.first_unsent();
   const uint32_t n = batch_.size();
-  for (uint32_t i = 0; i < n; ++i) {
+  for (uint32_t i = first; i < n; ++i) {
     const auto iov = batch_.iovecs(i);
     msgs[i] = {};
     msgs[i].msg_hdr.msg_name = &to;
     msgs[i].msg_hdr.msg_namelen = sizeof(to);
     msgs[i].msg_hdr.msg_iov = const_cast<iovec*>(iov.data());
     msgs[i].msg_hdr.msg_iovlen = iov.size();
-    stats_.segments += batch_.segments(i);
-    if (batch_.segments(i) > 1) ++stats_.gso_packets;
   }
-  // sendmmsg stops at the first packet the kernel refuses (a full backlog on the receiving
-  // side, the socket's send buffer): that one is dropped, the rest are tried again.
-  for (uint32_t done = 0; done < n;) {
+  // sendmmsg stops at the first packet the kernel refuses. For want of room (ENOBUFS: the
+  // receiving side's queue, e.g. a veth peer's ring while its NAPI thread is late; EAGAIN: the
+  // socket's send buffer) that packet and the rest wait for the next flush; for any other
+  // reason that packet is dropped and the rest are tried again.
+  uint32_t done = first;
+  bool refused_for_room = false;
+  while (done < n) {
     ++stats_.sends;
-    const int sent = sendmmsg(fd_.get(), msgs + done, n - done, MSG_DONTWAIT);
+    const int sent = send_ ? send_(msgs + done, n - done)
+                           : sendmmsg(fd_.get(), msgs + done, n - done, MSG_DONTWAIT);
     if (sent > 0) {
+      for (uint32_t i = done; i < done + static_cast<uint32_t>(sent); ++i) {
+        stats_.segments += batch_.segments(i);
+        if (batch_.segments(i) > 1) ++stats_.gso_packets;
+      }
       done += static_cast<uint32_t>(sent);
       stats_.packets += static_cast<uint32_t>(sent);
       continue;
     }
     if (sent < 0 && errno == EINTR) continue;
     const int err = sent < 0 ? errno : 0;
+    if (err == ENOBUFS || err == EAGAIN) {
+      refused_for_room = true;
+      break;
+    }
     uint64_t held_back = 0;
     if (refusal_log_.Count(MonotonicMs(), held_back)) {
       Log(ifname_ +
@@ -304,14 +328,29 @@ void PacketTx::Flush() {
           (held_back > 0 ? "; " + std::to_string(held_back) + " more since the last such line"
                          : ""));
     }
-    if (sent < 0 && errno == EAGAIN) {  // the send buffer is full: it will not drain this batch
-      stats_.dropped += n - done;
-      break;
-    }
-    ++stats_.dropped;  // this packet only (ENOBUFS: the receiving backlog was full)
+    ++stats_.dropped;  // this packet only
     ++done;
   }
-  batch_.Clear();
+  if (!refused_for_room) {
+    deferrals_ = 0;
+    batch_.Clear();
+    return;
+  }
+  deferrals_ = done > first ? 1 : deferrals_ + 1;
+  if (deferrals_ > kMaxDeferrals) {  // nothing went out for that long: give them up to TCP
+    uint64_t held_back = 0;
+    if (refusal_log_.Count(MonotonicMs(), held_back)) {
+      Log(ifname_ + ": the kernel refused the TX packet socket's packets for " +
+          std::to_string(kMaxDeferrals) + " flushes in a row; " + std::to_string(n - done) +
+          " dropped (TCP resends them)");
+    }
+    stats_.dropped += n - done;
+    deferrals_ = 0;
+    batch_.Clear();
+    return;
+  }
+  stats_.deferred += n - done;
+  batch_.Sent(done - first);
 }
 
 }  // namespace xdpfwd

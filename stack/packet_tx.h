@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,6 +20,7 @@
 #include "os/result.h"
 #include "os/unique_fd.h"
 
+struct mmsghdr;
 struct pbuf;
 
 namespace xdpfwd {
@@ -49,7 +51,11 @@ struct PacketTxStats {
   uint64_t segments = 0;     // lwIP's packets in them
   uint64_t gso_packets = 0;  // of `packets`, those carrying more than one segment
   uint64_t sends = 0;        // sendmmsg calls
-  uint64_t dropped = 0;      // packets the kernel refused (ENOBUFS, EAGAIN): TCP resends them
+  // Packets the kernel refused for want of room (ENOBUFS: the receiver's queue; EAGAIN: the
+  // socket's send buffer), kept for the next flush; counted once per refusal.
+  uint64_t deferred = 0;
+  uint64_t dropped = 0;  // given up (another error, or refused for kMaxDeferrals flushes in a
+                         // row, or no room in the batch): TCP resends them
 };
 
 // Writes into the TCP checksum field of the IPv4 packet at `ip` (header `ihl` bytes) what it
@@ -95,6 +101,11 @@ class TxBatch {
   void Seal();
   // Empties the batch and lets go of the packets it referenced.
   void Clear();
+  // The first `n` unsent frames went out; the rest stay for the next send, ahead of what is
+  // queued meanwhile (the batch empties itself when none is left).
+  void Sent(uint32_t n);
+  // The first frame not sent yet: frames before it went out in an earlier send.
+  uint32_t first_unsent() const { return first_unsent_; }
 
   uint32_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
@@ -129,6 +140,7 @@ class TxBatch {
   uint32_t used_ = 0;           // of bytes_
   uint32_t total_ = 0;          // bytes in all frames
   uint32_t count_ = 0;
+  uint32_t first_unsent_ = 0;
   uint32_t at_[kMaxPackets];  // each frame's copied part in bytes_
   uint32_t len_[kMaxPackets];
   uint32_t segments_[kMaxPackets];
@@ -151,11 +163,25 @@ class PacketTx {
   // An AF_PACKET socket sending on `ifindex` (receiving nothing: protocol 0), with virtio-net
   // headers.
   static Result<std::unique_ptr<PacketTx>> Open(int ifindex, const std::string& ifname);
+  // What Flush calls instead of sendmmsg(2) on the socket (same contract: packets sent, or -1
+  // and errno). For the tests of what a refusal does: a veth refuses for want of room only
+  // when its peer's NAPI thread is late, which no test can arrange on purpose.
+  using SendFn = std::function<int(mmsghdr* msgs, unsigned count)>;
+  static std::unique_ptr<PacketTx> ForTest(SendFn send, const std::string& ifname);
 
   // Queues one packet; sends the batch first when it is full.
   void Queue(const uint8_t (&eth)[14], pbuf* ip);
-  // Sends what is queued: one sendmmsg, more only if the kernel refuses a packet midway.
+  // Sends what is queued: one sendmmsg, more only if the kernel refuses a packet midway. A
+  // packet refused for want of room (the receiving side's queue, the send buffer) and those
+  // behind it stay queued for the next Flush, in order, for kMaxDeferrals flushes in a row at
+  // most; one refused for any other reason is dropped. Either way TCP would resend it, but a
+  // GSO packet is up to 45 segments, and a veth peer whose NAPI thread is late refuses often.
   void Flush();
+  // Whether packets refused at the last Flush are still queued (LwipNetif::FlushTx sends such a
+  // batch through this socket, so that nothing overtakes them). kMaxDeferrals: flushes in a row
+  // without a packet sent before they are given up.
+  bool deferring() const { return deferrals_ > 0; }
+  static constexpr uint32_t kMaxDeferrals = 10000;
   // What is queued, for a caller that sends a batch of single segments another way (then
   // Clear()s it): LwipNetif::FlushTx.
   TxBatch& batch() { return batch_; }
@@ -166,11 +192,13 @@ class PacketTx {
       : fd_(std::move(fd)), ifindex_(ifindex), ifname_(std::move(ifname)) {}
 
   UniqueFd fd_;
+  SendFn send_;  // empty: sendmmsg on fd_
   int ifindex_;
   std::string ifname_;
   LogThrottle refusal_log_{1000};
   TxBatch batch_;
   PacketTxStats stats_;
+  uint32_t deferrals_ = 0;  // flushes in a row that left refused packets queued
 };
 
 }  // namespace xdpfwd

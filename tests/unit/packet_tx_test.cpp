@@ -7,8 +7,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "stack/worker.h"
@@ -306,6 +310,115 @@ TEST_F(TxBatchTest, AFullBatchRefusesAndClearStartsAgain) {
   batch_.Clear();
   EXPECT_TRUE(batch_.empty());
   EXPECT_TRUE(Add(bare));
+}
+
+// PacketTx::Flush when the kernel refuses a packet (stack/packet_tx.h). The kernel is replaced
+// by a script here (PacketTx::ForTest): a veth refuses for want of room only while its peer's
+// NAPI thread is late, which no test can arrange on purpose; bench/run's counters show it.
+class PacketTxRefusalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    InitLwipOnce();
+    tx_ = PacketTx::ForTest(
+        [this](mmsghdr* msgs, unsigned count) -> int {
+          unsigned taken = 0;
+          while (taken < count && room_ > 0) {
+            --room_;
+            // iovec 1: Ethernet, IP and TCP headers; the packets here are one flow's data
+            // segments (each its own packet: a different source port each), told by port.
+            const auto* h = static_cast<const uint8_t*>(msgs[taken].msg_hdr.msg_iov[1].iov_base);
+            wire_.push_back(Get16(h + 14 + 20));
+            ++taken;
+          }
+          if (taken > 0) return static_cast<int>(taken);
+          errno = refusal_;
+          return -1;
+        },
+        "test0");
+  }
+  // Queues one packet from source port `port` (a flow of its own: nothing merges).
+  void Queue(uint16_t port) {
+    Segment s;
+    s.sport = port;
+    pbuf* p = Build(s);
+    tx_->Queue(kEth, p);
+    pbuf_free(p);
+  }
+  std::unique_ptr<PacketTx> tx_;
+  std::vector<uint16_t> wire_;  // source ports, in the order the "kernel" took them
+  unsigned room_ = 0;           // packets the kernel takes before it refuses
+  int refusal_ = ENOBUFS;
+};
+
+TEST_F(PacketTxRefusalTest, PacketsRefusedForWantOfRoomGoOutNextTimeInOrder) {
+  for (const int refusal : {ENOBUFS, EAGAIN}) {
+    wire_.clear();
+    refusal_ = refusal;
+    room_ = 2;
+    for (uint16_t port = 1; port <= 5; ++port) Queue(port);
+    tx_->Flush();
+    EXPECT_EQ(wire_, (std::vector<uint16_t>{1, 2}));
+    EXPECT_TRUE(tx_->deferring());
+    room_ = 0;
+    tx_->Flush();  // still no room: nothing lost, nothing sent
+    EXPECT_EQ(wire_.size(), 2u);
+    Queue(6);  // behind the refused ones
+    room_ = 100;
+    tx_->Flush();
+    EXPECT_EQ(wire_, (std::vector<uint16_t>{1, 2, 3, 4, 5, 6})) << "errno " << refusal;
+    EXPECT_FALSE(tx_->deferring());
+  }
+  EXPECT_EQ(tx_->stats().dropped, 0u);
+  EXPECT_EQ(tx_->stats().packets, 12u);
+  EXPECT_EQ(tx_->stats().deferred, 2 * (3u + 3u));  // each refusal counts what waited
+  EXPECT_EQ(tx_->batch().pinned(), 0u);
+}
+
+// Any other refusal drops that packet only (TCP resends it) and the rest go on.
+TEST_F(PacketTxRefusalTest, OtherRefusalsDropOnlyThatPacket) {
+  // This kernel takes packets up to port 2, refuses that one once with EINVAL, then takes all.
+  tx_ = PacketTx::ForTest(
+      [this, refused = false](mmsghdr* msgs, unsigned count) mutable -> int {
+        const auto* h = static_cast<const uint8_t*>(msgs[0].msg_hdr.msg_iov[1].iov_base);
+        if (!refused && Get16(h + 14 + 20) == 2) {
+          refused = true;
+          errno = EINVAL;
+          return -1;
+        }
+        for (unsigned i = 0; i < count; ++i) {
+          const auto* hi = static_cast<const uint8_t*>(msgs[i].msg_hdr.msg_iov[1].iov_base);
+          if (!refused && Get16(hi + 14 + 20) == 2) return static_cast<int>(i);
+          wire_.push_back(Get16(hi + 14 + 20));
+        }
+        return static_cast<int>(count);
+      },
+      "test0");
+  for (uint16_t port = 1; port <= 3; ++port) Queue(port);
+  tx_->Flush();
+  EXPECT_EQ(wire_, (std::vector<uint16_t>{1, 3}));
+  EXPECT_EQ(tx_->stats().dropped, 1u);
+  EXPECT_EQ(tx_->stats().deferred, 0u);
+  EXPECT_FALSE(tx_->deferring());
+}
+
+// A kernel that takes nothing for kMaxDeferrals flushes in a row: the packets are given up
+// (counted as dropped) and the pbufs they pinned released.
+TEST_F(PacketTxRefusalTest, RefusedForeverAreGivenUpAfterTheLimit) {
+  room_ = 0;
+  Segment s;
+  s.payload = 1000;  // referenced, not copied: the batch pins its pbuf
+  pbuf* p = Build(s);
+  tx_->Queue(kEth, p);
+  EXPECT_EQ(p->ref, 2);
+  for (uint32_t i = 0; i < PacketTx::kMaxDeferrals; ++i) tx_->Flush();
+  EXPECT_TRUE(tx_->deferring());
+  EXPECT_EQ(tx_->stats().dropped, 0u);
+  tx_->Flush();
+  EXPECT_FALSE(tx_->deferring());
+  EXPECT_EQ(tx_->stats().dropped, 1u);
+  EXPECT_EQ(p->ref, 1) << "the given-up packet's pbuf released";
+  pbuf_free(p);
+  EXPECT_TRUE(wire_.empty());
 }
 
 }  // namespace
