@@ -72,55 +72,56 @@ struct QueueRx {
 // and the formatter can never disagree. What each counts is said where it is filled
 // (fast_path_worker.cpp); flows, client_flows, stray_flows_reaped, workers, worker_restarts and
 // the handoffs come from the control process.
-#define XDPFWD_FAST_PATH_COUNTERS(X)                                                          \
-  X(connections, "connections")               /* live relay connections */                    \
-  X(flows, "flows")                           /* entries in all steering maps */              \
-  X(client_flows, "client_flows")             /* counted against --flow-capacity */           \
-  X(stray_flows_reaped, "stray_flows_reaped") /* handshakes that never completed */           \
-  X(closing_flows, "closing_flows")           /* flow entries lingering after close */        \
-  X(lwip_pcbs, "lwip_pcbs")                   /* lwIP connection pcbs in use */               \
-  X(lwip_heap_bytes, "lwip_heap_bytes")                                                       \
-  X(frames_held, "frames_held") /* UMEM frames held by lwIP */                                \
-  X(rx_packets, "rx_packets")                                                                 \
-  X(rx_frames, "rx_frames")                 /* a chain's frames count one each */             \
-  X(rx_chains, "rx_chains")                 /* packets that came as a chain */                \
-  X(rx_chains_dropped, "rx_chains_dropped") /* longer than the kernel's longest */            \
-  X(tx_packets, "tx_packets")                                                                 \
-  X(tx_kicks, "tx_kicks")                                                                     \
-  X(tx_chains, "tx_chains") /* longer than a TX frame */                                      \
-  X(tx_checksum_offloaded, "tx_checksum_offloaded")                                           \
-  X(tx_no_neighbor, "tx_no_neighbor")         /* next hop's MAC unknown: resent */            \
-  X(tx_socket_packets, "tx_socket_packets")   /* --tx packet: packets sent, GSO ones once */  \
-  X(tx_socket_segments, "tx_socket_segments") /* lwIP's packets in them */                    \
-  X(tx_socket_gso, "tx_socket_gso")           /* packets of more than one segment */          \
-  X(tx_socket_sends, "tx_socket_sends")       /* sendmmsg calls */                            \
-  X(tx_socket_deferred, "tx_socket_deferred") /* refused for want of room: sent later */      \
-  X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */        \
-  X(tx_singles_af_xdp, "tx_singles_af_xdp")   /* batches without GSO: through AF_XDP */       \
-  X(next_hops, "next_hops")                                                                   \
-  X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                       \
-  X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                     \
-  X(xsk_fill_ring_empty, "xsk_fill_ring_empty")                                               \
-  X(lwip_retransmits, "retransmits")                                                          \
-  X(lwip_drops, "lwip_drops")                                                                 \
-  X(lwip_pool_errors, "lwip_pool_errors")                                                     \
-  X(oow_acks, "oow_acks") /* RelayState's: spoofed-segment storms */                          \
-  X(oow_acks_limited, "oow_acks_limited")                                                     \
-  X(ooseq_dropped, "ooseq_dropped")     /* RelayState's: holes left by peers */               \
-  X(ooseq_acks_held, "ooseq_acks_held") /* out-of-order segments whose ACK waited (0033) */   \
-  X(ooseq_acks_sent_late, "ooseq_acks_sent_late") /* of those ACKs, sent a round later */     \
-  X(bytes_referenced, "bytes_referenced")         /* relayed without a copy (patch 0032) */   \
-  X(send_refs, "send_refs")                       /* references on receive frames held now */ \
-  X(workers, "workers")                           /* fast-path worker processes */            \
-  X(worker_restarts, "worker_restarts")           /* workers that died and were restarted */  \
-  X(handoffs_out, "handoffs_out")                 /* packets handed to their flow's owner */  \
-  X(handoffs_in, "handoffs_in")                                                               \
-  X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */                     \
-  X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */               \
-  X(rx_copy_no_pool, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */               \
-  X(worker_busy_ns, "worker_busy_ns")     /* time in iterations that did work */              \
-  X(worker_iterations, "worker_iterations")                                                   \
-  X(minor_faults, "worker_minor_faults")                                                      \
+#define XDPFWD_FAST_PATH_COUNTERS(X)                                                               \
+  X(connections, "connections")               /* live relay connections */                         \
+  X(flows, "flows")                           /* entries in all steering maps */                   \
+  X(client_flows, "client_flows")             /* counted against --flow-capacity */                \
+  X(stray_flows_reaped, "stray_flows_reaped") /* handshakes that never completed */                \
+  X(closing_flows, "closing_flows")           /* flow entries lingering after close */             \
+  X(lwip_pcbs, "lwip_pcbs")                   /* lwIP connection pcbs in use */                    \
+  X(lwip_heap_bytes, "lwip_heap_bytes")                                                            \
+  X(frames_held, "frames_held") /* UMEM frames held by lwIP */                                     \
+  X(rx_packets, "rx_packets")                                                                      \
+  X(rx_frames, "rx_frames")                 /* a chain's frames count one each */                  \
+  X(rx_chains, "rx_chains")                 /* packets that came as a chain */                     \
+  X(rx_chains_dropped, "rx_chains_dropped") /* longer than the kernel's longest */                 \
+  X(tx_packets, "tx_packets")                                                                      \
+  X(tx_kicks, "tx_kicks")                                                                          \
+  X(tx_chains, "tx_chains") /* longer than a TX frame */                                           \
+  X(tx_checksum_offloaded, "tx_checksum_offloaded")                                                \
+  X(tx_no_neighbor, "tx_no_neighbor")         /* next hop's MAC unknown: resent */                 \
+  X(tx_socket_packets, "tx_socket_packets")   /* --tx packet: packets sent, GSO ones once */       \
+  X(tx_socket_segments, "tx_socket_segments") /* lwIP's packets in them */                         \
+  X(tx_socket_gso, "tx_socket_gso")           /* packets of more than one segment */               \
+  X(tx_socket_sends, "tx_socket_sends")       /* sendmmsg calls */                                 \
+  X(tx_socket_deferred, "tx_socket_deferred") /* refused for want of room: sent later */           \
+  X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */             \
+  X(tx_socket_full, "tx_socket_full")       /* not queued, batch full of deferred: lwIP resends */ \
+  X(tx_singles_af_xdp, "tx_singles_af_xdp") /* batches without GSO: through AF_XDP */              \
+  X(next_hops, "next_hops")                                                                        \
+  X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                            \
+  X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                          \
+  X(xsk_fill_ring_empty, "xsk_fill_ring_empty")                                                    \
+  X(lwip_retransmits, "retransmits")                                                               \
+  X(lwip_drops, "lwip_drops")                                                                      \
+  X(lwip_pool_errors, "lwip_pool_errors")                                                          \
+  X(oow_acks, "oow_acks") /* RelayState's: spoofed-segment storms */                               \
+  X(oow_acks_limited, "oow_acks_limited")                                                          \
+  X(ooseq_dropped, "ooseq_dropped")     /* RelayState's: holes left by peers */                    \
+  X(ooseq_acks_held, "ooseq_acks_held") /* out-of-order segments whose ACK waited (0033) */        \
+  X(ooseq_acks_sent_late, "ooseq_acks_sent_late") /* of those ACKs, sent a round later */          \
+  X(bytes_referenced, "bytes_referenced")         /* relayed without a copy (patch 0032) */        \
+  X(send_refs, "send_refs")                       /* references on receive frames held now */      \
+  X(workers, "workers")                           /* fast-path worker processes */                 \
+  X(worker_restarts, "worker_restarts")           /* workers that died and were restarted */       \
+  X(handoffs_out, "handoffs_out")                 /* packets handed to their flow's owner */       \
+  X(handoffs_in, "handoffs_in")                                                                    \
+  X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */                          \
+  X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */                    \
+  X(rx_copy_no_pool, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */                    \
+  X(worker_busy_ns, "worker_busy_ns")     /* time in iterations that did work */                   \
+  X(worker_iterations, "worker_iterations")                                                        \
+  X(minor_faults, "worker_minor_faults")                                                           \
   X(involuntary_switches, "worker_involuntary_switches")
 
 // The counters as plain memory: what a worker process publishes to the control process.

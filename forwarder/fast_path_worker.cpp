@@ -138,6 +138,7 @@ void WorkerProcess::Publish() {
     s.tx_socket_sends += ns.packet_tx.sends;
     s.tx_socket_deferred += ns.packet_tx.deferred;
     s.tx_socket_dropped += ns.packet_tx.dropped;
+    s.tx_socket_full += ns.packet_tx.full;
     s.tx_singles_af_xdp += ns.tx_singles_af_xdp;
     s.rx_copied += ns.rx_copied;
     s.rx_copy_no_pool += ns.rx_copy_no_pool;

@@ -14,6 +14,7 @@ extern "C" {
 #include "lwip/ip4.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
 #include "lwip/prot/ethernet.h"
 #include "lwip/prot/tcp.h"
 #include "lwip/sys.h"
@@ -84,7 +85,9 @@ struct LwipNetifCallbacks {
     if (self->packet_tx_) {
       uint8_t eth[SIZEOF_ETH_HDR];
       WriteEthernetHeader(eth, *mac, c.mac);
-      self->packet_tx_->Queue(eth, p);
+      if (!self->packet_tx_->Queue(eth, p)) {
+        return ERR_MEM;  // refused packets fill the batch: lwIP keeps the segment for later
+      }
       ++self->stats_.tx_frames;
       return ERR_OK;
     }
@@ -182,7 +185,15 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
 }
 
 void LwipNetif::FlushTx() {
-  if (!packet_tx_ || packet_tx_->batch().empty()) return;
+  if (!packet_tx_) return;
+  // Segments refused while the batch was full of deferred packets (Output's ERR_MEM) wait in
+  // lwIP with TF_NAGLEMEMERR; a pcb with nothing else in flight would wait for good, so once
+  // the batch has room again every such pcb sends (a walk of the active pcbs, only then).
+  if (packet_tx_->stats().full != full_seen_ && !packet_tx_->deferring()) {
+    full_seen_ = packet_tx_->stats().full;
+    tcp_txnow();
+  }
+  if (packet_tx_->batch().empty()) return;
   TxBatch& b = packet_tx_->batch();
   // All or nothing: part through each would let the packet socket's frames overtake the
   // AF_XDP ones, which leave at the ports' Flush.

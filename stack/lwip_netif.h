@@ -130,6 +130,7 @@ class LwipNetif {
   NextHopCache next_hops_;
   NetifStats stats_;
   std::unique_ptr<PacketTx> packet_tx_;
+  uint64_t full_seen_ = 0;  // packet_tx_'s stats().full at the last FlushTx
   WorkerHandoff* handoff_ = nullptr;
   uint16_t tag_ = 0;
 };

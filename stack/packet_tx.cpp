@@ -269,10 +269,12 @@ std::unique_ptr<PacketTx> PacketTx::ForTest(SendFn send, const std::string& ifna
   return tx;
 }
 
-void PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
-  if (batch_.Add(eth, ip)) return;
+bool PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
+  if (batch_.Add(eth, ip)) return true;
   Flush();
-  if (!batch_.Add(eth, ip)) ++stats_.dropped;  // longer than a whole batch: cannot happen
+  if (batch_.Add(eth, ip)) return true;
+  ++stats_.full;  // still full of packets the kernel refused
+  return false;
 }
 
 void PacketTx::Flush() {
@@ -332,20 +334,22 @@ void PacketTx::Flush() {
     ++done;
   }
   if (!refused_for_room) {
-    deferrals_ = 0;
+    deferring_ = false;
     batch_.Clear();
     return;
   }
-  deferrals_ = done > first ? 1 : deferrals_ + 1;
-  if (deferrals_ > kMaxDeferrals) {  // nothing went out for that long: give them up to TCP
+  const uint64_t now = MonotonicMs();
+  if (!deferring_ || done > first) stalled_since_ms_ = now;
+  deferring_ = true;
+  if (now - stalled_since_ms_ > kMaxDeferralMs) {  // nothing went out for that long: TCP's turn
     uint64_t held_back = 0;
-    if (refusal_log_.Count(MonotonicMs(), held_back)) {
+    if (refusal_log_.Count(now, held_back)) {
       Log(ifname_ + ": the kernel refused the TX packet socket's packets for " +
-          std::to_string(kMaxDeferrals) + " flushes in a row; " + std::to_string(n - done) +
+          std::to_string(kMaxDeferralMs) + " ms; " + std::to_string(n - done) +
           " dropped (TCP resends them)");
     }
     stats_.dropped += n - done;
-    deferrals_ = 0;
+    deferring_ = false;
     batch_.Clear();
     return;
   }

@@ -54,8 +54,10 @@ struct PacketTxStats {
   // Packets the kernel refused for want of room (ENOBUFS: the receiver's queue; EAGAIN: the
   // socket's send buffer), kept for the next flush; counted once per refusal.
   uint64_t deferred = 0;
-  uint64_t dropped = 0;  // given up (another error, or refused for kMaxDeferrals flushes in a
-                         // row, or no room in the batch): TCP resends them
+  uint64_t dropped = 0;  // given up (another error, or refused for kMaxDeferralMs without
+                         // progress): TCP resends them
+  uint64_t full = 0;     // packets Queue could not take, the batch full of deferred ones: the
+                         // caller keeps them (lwIP sends them again)
 };
 
 // Writes into the TCP checksum field of the IPv4 packet at `ip` (header `ihl` bytes) what it
@@ -169,19 +171,21 @@ class PacketTx {
   using SendFn = std::function<int(mmsghdr* msgs, unsigned count)>;
   static std::unique_ptr<PacketTx> ForTest(SendFn send, const std::string& ifname);
 
-  // Queues one packet; sends the batch first when it is full.
-  void Queue(const uint8_t (&eth)[14], pbuf* ip);
+  // Queues one packet; sends the batch first when it is full. False: the batch is still full
+  // (the kernel refused what it holds): the caller keeps the packet (lwIP: ERR_MEM, and the
+  // segment stays queued) rather than have it dropped.
+  bool Queue(const uint8_t (&eth)[14], pbuf* ip);
   // Sends what is queued: one sendmmsg, more only if the kernel refuses a packet midway. A
   // packet refused for want of room (the receiving side's queue, the send buffer) and those
-  // behind it stay queued for the next Flush, in order, for kMaxDeferrals flushes in a row at
+  // behind it stay queued for the next Flush, in order, for kMaxDeferralMs without progress at
   // most; one refused for any other reason is dropped. Either way TCP would resend it, but a
   // GSO packet is up to 45 segments, and a veth peer whose NAPI thread is late refuses often.
   void Flush();
   // Whether packets refused at the last Flush are still queued (LwipNetif::FlushTx sends such a
-  // batch through this socket, so that nothing overtakes them). kMaxDeferrals: flushes in a row
-  // without a packet sent before they are given up.
-  bool deferring() const { return deferrals_ > 0; }
-  static constexpr uint32_t kMaxDeferrals = 10000;
+  // batch through this socket, so that nothing overtakes them). kMaxDeferralMs: how long they
+  // may wait without a packet going out before they are given up to TCP.
+  bool deferring() const { return deferring_; }
+  static constexpr uint64_t kMaxDeferralMs = 200;
   // What is queued, for a caller that sends a batch of single segments another way (then
   // Clear()s it): LwipNetif::FlushTx.
   TxBatch& batch() { return batch_; }
@@ -198,7 +202,8 @@ class PacketTx {
   LogThrottle refusal_log_{1000};
   TxBatch batch_;
   PacketTxStats stats_;
-  uint32_t deferrals_ = 0;  // flushes in a row that left refused packets queued
+  bool deferring_ = false;
+  uint64_t stalled_since_ms_ = 0;  // while deferring: since the last packet went out
 };
 
 }  // namespace xdpfwd

@@ -10,9 +10,11 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "stack/worker.h"
@@ -401,24 +403,52 @@ TEST_F(PacketTxRefusalTest, OtherRefusalsDropOnlyThatPacket) {
   EXPECT_FALSE(tx_->deferring());
 }
 
-// A kernel that takes nothing for kMaxDeferrals flushes in a row: the packets are given up
-// (counted as dropped) and the pbufs they pinned released.
-TEST_F(PacketTxRefusalTest, RefusedForeverAreGivenUpAfterTheLimit) {
+// A kernel that takes nothing for kMaxDeferralMs: the packets are given up (counted as
+// dropped) and the pbufs they pinned released.
+TEST_F(PacketTxRefusalTest, RefusedForTooLongAreGivenUp) {
   room_ = 0;
   Segment s;
   s.payload = 1000;  // referenced, not copied: the batch pins its pbuf
   pbuf* p = Build(s);
-  tx_->Queue(kEth, p);
+  ASSERT_TRUE(tx_->Queue(kEth, p));
   EXPECT_EQ(p->ref, 2);
-  for (uint32_t i = 0; i < PacketTx::kMaxDeferrals; ++i) tx_->Flush();
-  EXPECT_TRUE(tx_->deferring());
-  EXPECT_EQ(tx_->stats().dropped, 0u);
   tx_->Flush();
+  EXPECT_TRUE(tx_->deferring());
+  const auto start = std::chrono::steady_clock::now();
+  while (tx_->deferring() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    EXPECT_EQ(tx_->stats().dropped, 0u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    tx_->Flush();
+  }
   EXPECT_FALSE(tx_->deferring());
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(PacketTx::kMaxDeferralMs));
   EXPECT_EQ(tx_->stats().dropped, 1u);
   EXPECT_EQ(p->ref, 1) << "the given-up packet's pbuf released";
   pbuf_free(p);
   EXPECT_TRUE(wire_.empty());
+}
+
+// While refused packets fill the batch, Queue takes no more and says so (lwIP then keeps the
+// segment: ERR_MEM), instead of dropping it; once the kernel has room again it takes them.
+TEST_F(PacketTxRefusalTest, ABatchFullOfRefusedPacketsTakesNoMore) {
+  room_ = 0;
+  uint16_t port = 1;
+  for (; port <= TxBatch::kMaxPackets; ++port) Queue(port);
+  tx_->Flush();
+  ASSERT_TRUE(tx_->deferring());
+  Segment s;
+  s.sport = port;
+  pbuf* p = Build(s);
+  EXPECT_FALSE(tx_->Queue(kEth, p));
+  EXPECT_EQ(tx_->stats().full, 1u);
+  room_ = 1000;
+  EXPECT_TRUE(tx_->Queue(kEth, p)) << "the batch sent, room for it";
+  pbuf_free(p);
+  tx_->Flush();
+  ASSERT_EQ(wire_.size(), TxBatch::kMaxPackets + 1u);
+  for (uint16_t i = 0; i <= TxBatch::kMaxPackets; ++i) EXPECT_EQ(wire_[i], i + 1);
+  EXPECT_EQ(tx_->stats().dropped, 0u);
 }
 
 }  // namespace
