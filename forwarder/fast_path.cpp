@@ -103,6 +103,7 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   pc.ifname = i.name;
   pc.tx_checksum_offload = config.tx_checksum_offload;
   pc.tx_budget = config.tx_budget;
+  if (!config.adaptive_fill) pc.fill_floor = pc.ring_size;
   pc.multi_buffer = config.multi_buffer;
   pc.queue = 0;
   auto probe = XskPort::Open(pc);  // whether the sockets take chains decides the attach mode

@@ -45,6 +45,7 @@ struct FastPathConfig {
   bool multi_buffer = true;         // XskPortConfig's, for every port
   bool tx_checksum_offload = true;  // XskPortConfig's, for every port
   bool tx_budget = true;
+  bool adaptive_fill = true;  // FillDepth on every port's fill ring; false: always all of it
   // Send through a packet socket with GSO (stack/packet_tx.h) rather than the AF_XDP socket;
   // unset: where the AF_XDP socket runs in copy mode.
   std::optional<bool> packet_tx;
@@ -102,6 +103,8 @@ struct QueueRx {
   X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                            \
   X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                          \
   X(xsk_fill_ring_empty, "xsk_fill_ring_empty")                                                    \
+  X(fill_depth, "fill_depth")             /* frames the fill rings keep posted now (a gauge) */    \
+  X(fill_depth_grows, "fill_depth_grows") /* the depth doubled: a ring ran low */                  \
   X(lwip_retransmits, "retransmits")                                                               \
   X(lwip_drops, "lwip_drops")                                                                      \
   X(lwip_pool_errors, "lwip_pool_errors")                                                          \

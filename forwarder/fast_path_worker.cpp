@@ -159,6 +159,8 @@ void WorkerProcess::Publish() {
     s.xsk_rx_dropped += x.kernel_rx_dropped;
     s.xsk_rx_ring_full += x.kernel_rx_ring_full;
     s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
+    s.fill_depth += x.fill_depth;
+    s.fill_depth_grows += x.fill_depth_grows;
     if (queues < kMaxWorkerQueues) {
       slot_.queues[queues++] = WorkerSlot::QueueCount{
           static_cast<uint16_t>(p.iface), static_cast<uint16_t>(p.port->queue()), 0, x.rx_packets};

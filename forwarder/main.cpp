@@ -111,6 +111,7 @@ int Run(const Options& o) {
     fc.multi_buffer = o.multi_buffer;
     fc.tx_checksum_offload = o.tx_checksum_offload;
     fc.tx_budget = o.tx_budget;
+    fc.adaptive_fill = o.adaptive_fill;
     fc.packet_tx = o.packet_tx;
     fc.small_batches = o.small_batches;
     fc.zero_copy_relay = o.zero_copy_relay;

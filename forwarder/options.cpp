@@ -86,6 +86,10 @@ const char* Usage() {
          "  --tx-budget ring|kernel  fast path: frames one TX kick sends, the TX ring's size "
          "where\n"
          "                           the kernel allows (default), or its fixed 32\n"
+         "  --fill-depth adaptive|full\n"
+         "                           fast path: frames posted for the kernel to receive into:\n"
+         "                           few under steady load, so that it writes into warm ones,\n"
+         "                           all the ring holds after a burst (default), or always all\n"
          "  --tx af-xdp|packet       fast path: send through the AF_XDP socket, or through a\n"
          "                           packet socket that sends a flow's segments as one GSO packet\n"
          "                           (default: packet where AF_XDP runs in copy mode, as on veth)\n"
@@ -284,6 +288,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
         return Error{{}, "--tx-budget: expected ring or kernel, not " + *v};
       }
       o.tx_budget = *v == "ring";
+    } else if (a == "--fill-depth") {
+      XDPFWD_VALUE(v);
+      if (*v != "adaptive" && *v != "full") {
+        return Error{{}, "--fill-depth: expected adaptive or full, not " + *v};
+      }
+      o.adaptive_fill = *v == "adaptive";
     } else if (a == "--tx") {
       XDPFWD_VALUE(v);
       if (*v != "af-xdp" && *v != "packet") {

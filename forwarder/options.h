@@ -49,6 +49,9 @@ struct Options {
   // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
   bool tx_checksum_offload = true;
   bool tx_budget = true;
+  // --fill-depth adaptive|full: the fill ring keeps few frames posted under steady load (warm
+  // ones) and deepens after a burst, or always all of them (A/B runs).
+  bool adaptive_fill = true;
   // --tx af-xdp|packet: how the fast path sends. Unset: a packet socket with GSO on interfaces
   // whose AF_XDP sockets run in copy mode, the AF_XDP socket where it is zero-copy.
   std::optional<bool> packet_tx;

@@ -29,7 +29,8 @@ uint32_t RxFrameBytes(const XskPortConfig& config) {
   return config.frame_size - kXdpPacketHeadroom;
 }
 
-XskPort::XskPort(const XskPortConfig& config) : config_(config) {}
+XskPort::XskPort(const XskPortConfig& config)
+    : config_(config), fill_depth_(config.fill_floor, config.ring_size) {}
 
 XskPort::~XskPort() {
   socket_.reset();  // unregisters the UMEM before it is unmapped
@@ -160,7 +161,13 @@ void XskPort::RefillFill() {
   const uint32_t tx_reserve = config_.ring_size / 2;
   const uint32_t spare =
       pool_.size() > tx_reserve ? static_cast<uint32_t>(pool_.size()) - tx_reserve : 0;
-  const uint32_t want = std::min(config_.ring_size - in_fill_, spare);
+  // What the kernel has not taken yet (one read of its consumer index), and what it took since
+  // the last top-up: FillDepth keeps the posted frames few, so warm, under steady load.
+  const uint32_t level = config_.ring_size - xsk_prod_nb_free(&socket_->fill, config_.ring_size);
+  const uint32_t depth = fill_depth_.Update(level, fill_level_ - level);
+  const uint32_t want =
+      std::min({depth > level ? depth - level : 0, config_.ring_size - in_fill_, spare});
+  fill_level_ = level;
   if (want == 0) return;
   uint32_t idx = 0;
   const uint32_t n = xsk_ring_prod__reserve(&socket_->fill, want, &idx);
@@ -170,6 +177,7 @@ void XskPort::RefillFill() {
   }
   xsk_ring_prod__submit(&socket_->fill, n);
   in_fill_ += n;
+  fill_level_ += n;
 }
 
 uint32_t XskPort::Receive(std::span<RxFrame> out) {
@@ -326,6 +334,8 @@ bool XskPort::DrainTx(uint32_t max_rounds) {
 
 XskStats XskPort::stats() const {
   XskStats s = stats_;
+  s.fill_depth = fill_depth_.target();
+  s.fill_depth_grows = fill_depth_.grows();
   xdp_statistics ks{};
   socklen_t len = sizeof(ks);
   if (getsockopt(fd(), SOL_XDP, XDP_STATISTICS, &ks, &len) == 0) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "os/result.h"
+#include "stack/fill_depth.h"
 
 namespace xdpfwd {
 
@@ -27,6 +28,9 @@ struct XskPortConfig {
   // 200,000 pcbs meeting a burst of proofs and closes), and 7-58 clients' retransmissions then
   // backed off past 5 s; 4096 held all 100,000 (one run; drops 92,000).
   uint32_t ring_size = 4096;
+  // The fewest frames the fill ring keeps posted under steady load (FillDepth: it deepens at
+  // once after a burst, back to ring_size). ring_size (xdpfwd --fill-depth full): always all.
+  uint32_t fill_floor = 512;
   bool try_zero_copy = true;  // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
   // Bind with XDP_USE_SG: a packet longer than a frame (a TSO super-segment in generic mode, a
   // jumbo frame) arrives as a chain of descriptors instead of being dropped by the kernel.
@@ -68,6 +72,8 @@ struct XskStats {
   uint64_t tx_ring_full = 0;           // frames that had to wait for a later flush
   uint64_t fill_ring_empty = 0;        // times the kernel flagged the fill ring as needing frames
   uint64_t pool_empty = 0;             // frame allocations that failed
+  uint32_t fill_depth = 0;             // frames the fill ring is kept topped up to now
+  uint64_t fill_depth_grows = 0;       // times it doubled: the ring ran low (or traffic eased)
   uint64_t tx_checksum_offloaded = 0;  // frames sent with a checksum request in TX metadata
   // From the kernel (XDP_STATISTICS): frames it dropped for this socket.
   uint64_t kernel_rx_dropped = 0, kernel_rx_ring_full = 0, kernel_fill_ring_empty = 0;
@@ -179,7 +185,9 @@ class XskPort {
   uint32_t tx_budget_ = 32;
   std::string tx_checksum_why_, tx_budget_why_;  // why not, where not
 
-  std::vector<uint64_t> pool_;         // free frames (a stack: reuse the warmest frame first)
+  std::vector<uint64_t> pool_;  // free frames (a stack: reuse the warmest frame first)
+  FillDepth fill_depth_;
+  uint32_t fill_level_ = 0;            // frames posted in the fill ring after the last top-up
   std::vector<PendingTx> pending_tx_;  // queued but not yet in the TX ring
   uint32_t in_fill_ = 0, in_tx_ = 0, held_ = 0;
   XskStats stats_;

@@ -200,6 +200,20 @@ TEST(TxSmallOption, AfXdpAcksOrPacket) {
   EXPECT_NE(std::string(Usage()).find("--tx-small af-xdp|acks|packet"), std::string::npos);
 }
 
+TEST(FillDepthOption, AdaptiveOrFull) {
+  auto unset = Parse({});
+  ASSERT_TRUE(unset) << unset.error().message();
+  EXPECT_TRUE(unset->adaptive_fill);
+  auto full = Parse({"--fill-depth", "full"});
+  ASSERT_TRUE(full) << full.error().message();
+  EXPECT_FALSE(full->adaptive_fill);
+  auto adaptive = Parse({"--fill-depth", "adaptive"});
+  ASSERT_TRUE(adaptive) << adaptive.error().message();
+  EXPECT_TRUE(adaptive->adaptive_fill);
+  EXPECT_NE(ErrorOf({"--fill-depth", "512"}).find("expected adaptive or full"), std::string::npos);
+  EXPECT_NE(std::string(Usage()).find("--fill-depth adaptive|full"), std::string::npos);
+}
+
 TEST(OoseqAckOption, HoldOrNow) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
