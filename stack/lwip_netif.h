@@ -103,6 +103,12 @@ class LwipNetif {
   // single segments (requests, responses, ACKs) through the AF_XDP port, cheaper per small
   // packet (docs/stack.md), in order either way.
   void FlushTx();
+  // Whether packets the kernel refused at the last FlushTx still wait in the packet socket's
+  // batch (PacketTx::deferring).
+  bool tx_deferred() const { return packet_tx_ && packet_tx_->deferring(); }
+  // Replaces the packet socket (with LwipNetifConfig::packet_tx) by one whose sendmmsg is a
+  // script (PacketTx::ForTest): for the tests of what happens to refused packets.
+  void ReplacePacketTxForTest(std::unique_ptr<PacketTx> tx) { packet_tx_ = std::move(tx); }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return next_hops_; }
 

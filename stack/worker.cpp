@@ -6,8 +6,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "os/clock.h"
 #include "xdpfwd_lwip_hooks.h"
@@ -90,6 +92,12 @@ Result<void> Worker::Run(const std::atomic<bool>& stop,
 
 void Worker::Drain() {
   for (LwipNetif* n : netifs_) {
+    // PacketTx gives refused packets up after kMaxDeferralMs without progress: this loop ends
+    // by then at the latest (the bound only guards against a clock that does not move).
+    for (uint32_t i = 0; i < 10'000 && n->tx_deferred(); ++i) {
+      n->FlushTx();
+      if (n->tx_deferred()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     for (XskPort* p : n->ports()) p->DrainTx();
   }
 }

@@ -55,7 +55,8 @@ class Worker {
   // One iteration: RX into lwIP, timers, TX flush. Returns whether it received a frame or ran
   // a timer.
   bool RunOnce();
-  // Flushes and waits for every port's TX to complete; for a clean stop.
+  // Flushes and waits for every port's TX to complete, and for the packets the kernel refused
+  // to the packet socket to go out (within PacketTx's deferral limit); for a clean stop.
   void Drain();
 
   // Faults and switches are those of the calling thread: call it on the worker thread.

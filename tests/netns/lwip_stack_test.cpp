@@ -46,7 +46,7 @@ struct FastInterface {
   std::unique_ptr<XskPort> port;
   std::unique_ptr<LwipNetif> netif;
 
-  void Open(const std::string& ifname, in_addr addr) {
+  void Open(const std::string& ifname, in_addr addr, bool packet_tx = false) {
     auto p = SteerProgram::Attach(ifname);
     ASSERT_TRUE(p) << p.error().message();
     prog = std::move(*p);
@@ -68,6 +68,8 @@ struct FastInterface {
     nc.netmask = Mask24();
     nc.mtu = static_cast<uint16_t>(*mtu);
     nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(ifname);
+    nc.packet_tx = packet_tx;
+    nc.small_batches = SmallBatchTx::kPacket;  // with packet_tx: every batch through the socket
     EXPECT_FALSE(nc.verify_tcp_checksum) << "veth: CHECKSUM_PARTIAL frames (docs/stack.md)";
     auto n = LwipNetif::Create({port.get()}, nc);
     ASSERT_TRUE(n) << n.error().message();
@@ -364,6 +366,60 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   EXPECT_EQ(PcbsInUse(), pcbs_before);
   EXPECT_EQ(PoolUsage(), pools_before) << "an lwIP pool (segments, pbufs, heap) did not return";
   server_side.ExpectEverythingReturned();
+}
+
+// At a clean stop (Worker::Drain) the packets the kernel refused to the packet socket at the
+// last flush go out, as they would at the next iteration, instead of staying in the batch. The
+// kernel is replaced by a script: it refuses (ENOBUFS, a veth peer's full queue) until the
+// drain starts, then takes what it is given.
+TEST_F(LwipStackTest, DrainSendsWhatThePacketSocketRefused) {
+  Topology topo;
+  FastInterface server_side;
+  server_side.Open(topo.server_side_if(), topo.server_gw(), /*packet_tx=*/true);
+  if (HasFatalFailure()) return;
+  // The kernel's neighbour table knows the server, so the netif's next-hop cache can.
+  const auto ping = topo.Run("", "ping -c 1 -W 2 " + ToString(topo.server_addr()));
+  ASSERT_EQ(ping.status, 0) << ping.output;
+  bool refuse = true;
+  uint32_t refused = 0, accepted = 0;
+  server_side.netif->ReplacePacketTxForTest(PacketTx::ForTest(
+      [&](mmsghdr*, unsigned count) {
+        if (refuse) {
+          ++refused;
+          errno = ENOBUFS;
+          return -1;
+        }
+        accepted += count;
+        return static_cast<int>(count);
+      },
+      topo.server_side_if()));
+
+  Worker worker(-1);
+  worker.Add(server_side.netif.get());
+  // A SYN to the server (never sent for real: the script is the kernel), run until it is
+  // refused; lwIP retransmits it if the first one left before the neighbour was known.
+  tcp_pcb* pcb = tcp_new();
+  ASSERT_NE(pcb, nullptr);
+  ip_addr_t local, remote;
+  ip_addr_set_ip4_u32(&local, topo.server_gw().s_addr);
+  ip_addr_set_ip4_u32(&remote, topo.server_addr().s_addr);
+  ASSERT_EQ(tcp_bind(pcb, &local, 0), ERR_OK);
+  ASSERT_EQ(tcp_connect(pcb, &remote, 9, nullptr), ERR_OK);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!server_side.netif->tx_deferred() && std::chrono::steady_clock::now() < deadline) {
+    worker.RunOnce();
+  }
+  ASSERT_TRUE(server_side.netif->tx_deferred()) << server_side.Describe();
+  EXPECT_GE(refused, 1u);
+  EXPECT_EQ(accepted, 0u);
+
+  refuse = false;
+  worker.Drain();
+  EXPECT_FALSE(server_side.netif->tx_deferred()) << "the refused SYN is still in the batch";
+  EXPECT_GE(accepted, 1u);
+  tcp_abort(pcb);
+  server_side.netif->FlushTx();  // the RST, so that the batch lets go of every pbuf
+  EXPECT_FALSE(server_side.netif->tx_deferred());
 }
 
 size_t OpenFds() {
