@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/backend.h"
 #include "tests/support/connection_ends.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/forwarder_process.h"
@@ -511,6 +512,62 @@ TEST_P(RelayTest, SlowReaderKeepsMemoryBounded) {
     EXPECT_LT(ForwarderProcess::Get(stalled, "fast.frames_held"), 64u)
         << "a stalled reader must not pin the UMEM frames every connection receives into";
   }
+}
+
+// A backend that stops reading while it still answers: its window closes with bytes in its
+// receive queue, and the forwarder, with more of the client's bytes to deliver, probes that
+// window. The backend's answer must be acknowledged all the same, or it resends it until it
+// gives up. lwIP's probe carried one byte and moved snd_nxt past it; Linux 6.18 drops a
+// segment that ends beyond a zero window while its queue holds data, and every later ACK began
+// beyond the window and was dropped too (lwIP patch 0034). Seen in WorkerDeathTest under load:
+// a backend whose echo lost a packet stopped reading, blocked in send, for good.
+TEST_P(RelayTest, BackendThatStopsReadingHasItsAnswerAcknowledged) {
+  constexpr uint64_t kBytes = 8u << 20;  // more than the backend's buffer and the forwarder's
+  constexpr size_t kAnswer = 1000;
+  UniqueFd listener = Listen();
+  const int small = 64 * 1024;  // the window closes soon; accepted sockets inherit it
+  ASSERT_EQ(setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  auto fwd = Start();
+  std::promise<void> answer_read;
+  std::promise<std::pair<tcp_info, StreamStats>> backend_result;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    if (!c) {
+      backend_result.set_exception(std::make_exception_ptr(std::runtime_error("no connection")));
+      return;
+    }
+    std::this_thread::sleep_for(1500ms);  // not reading: the forwarder probes (not a sync)
+    const std::vector<uint8_t> answer(kAnswer, 'a');
+    (void)send(c.get(), answer.data(), answer.size(), MSG_NOSIGNAL);
+    answer_read.get_future().wait();
+    // The forwarder's ACK of the answer, through the closed window: up to 5 s (a round trip).
+    tcp_info info{};
+    for (const auto deadline = Clock::now() + 5s; Clock::now() < deadline;
+         std::this_thread::sleep_for(20ms)) {
+      socklen_t len = sizeof(info);
+      getsockopt(c.get(), IPPROTO_TCP, TCP_INFO, &info, &len);
+      if (info.tcpi_unacked == 0) break;
+    }
+    const StreamStats got = ReceiveAll(c.get());  // reading again: the client's stream ends
+    shutdown(c.get(), SHUT_WR);
+    backend_result.set_value({info, got});
+  });
+  UniqueFd client = Connect();
+  BoundWaits(client.get());
+  std::future<StreamStats> sent =
+      std::async(std::launch::async, [&] { return SendPattern(client.get(), 11, kBytes); });
+  std::vector<uint8_t> answer(kAnswer);
+  const ssize_t n = recv(client.get(), answer.data(), answer.size(), MSG_WAITALL);
+  answer_read.set_value();
+  EXPECT_EQ(n, static_cast<ssize_t>(kAnswer)) << strerror(errno);
+  const auto [info, got] = backend_result.get_future().get();
+  server.join();
+  EXPECT_EQ(info.tcpi_unacked, 0u)
+      << "the backend's answer was never acknowledged (" << info.tcpi_total_retrans << " resends)";
+  EXPECT_EQ(got.bytes, kBytes);
+  EXPECT_EQ(got.hash, sent.get().hash);
+  const auto stats = WaitUntilIdle(*fwd);
+  EXPECT_EQ(fwd->Relay(stats, "completed"), 1u);
 }
 
 // 10,000 short connections one after another; afterwards nothing has grown: no connection,

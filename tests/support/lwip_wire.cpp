@@ -181,9 +181,14 @@ err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
 void LwipWire::CountRetransmission(const TcpSegment& tcp) {
   const uint32_t space = static_cast<uint32_t>(tcp.payload_len) + ((tcp.flags & TCP_SYN) != 0) +
                          ((tcp.flags & TCP_FIN) != 0);
-  if (space == 0) return;
   const auto key = std::make_tuple(tcp.src.s_addr, tcp.src_port, tcp.dst.s_addr, tcp.dst_port);
   auto it = sent_spans_.find(key);
+  if (space == 0) {
+    if (it != sent_spans_.end() && static_cast<int32_t>(tcp.seq - it->second.end) < 0) {
+      ++counters_.probes;
+    }
+    return;
+  }
   const uint32_t end = tcp.seq + space;
   if (tcp.flags & TCP_SYN) {
     // A SYN with another ISN opens a new connection on the tuple, not a retransmission.

@@ -55,10 +55,13 @@ struct WireCounters {
   uint64_t dropped = 0;                              // by the filter
   uint64_t syn = 0, fin = 0, rst = 0, pure_ack = 0;  // among `sent`
   // Among `sent`: segments carrying sequence space (data, SYN, FIN) that start below what
-  // their connection had already sent, i.e. retransmissions (zero-window probes after the
-  // first one count too). `timer_retransmitted` are those lwIP sent from its timer (tcp_tmr):
-  // RTO retransmissions and persist probes, as opposed to ones an arriving ACK provoked.
+  // their connection had already sent, i.e. retransmissions. `timer_retransmitted` are those
+  // lwIP sent from its timer (tcp_tmr): RTO retransmissions, as opposed to ones an arriving
+  // ACK provoked.
   uint64_t retransmitted = 0, timer_retransmitted = 0;
+  // Among `sent`: segments without sequence space that start below what their connection had
+  // already sent: zero-window probes (lwIP patch 0034: sequence number snd_una - 1, no data).
+  uint64_t probes = 0;
 };
 
 // A 4-tuple as seen from one pcb (host-order ports), for list snapshots.

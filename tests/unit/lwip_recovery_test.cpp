@@ -381,7 +381,7 @@ TEST_F(LwipRecoveryTest, ClosedSenderOutlastsTenSecondsOfZeroWindow) {
   // The window closed (to less than its scale's 128-byte grain) with a third of the data left.
   EXPECT_GT(server_.received.size(), TCP_WND - 128);
   EXPECT_LE(server_.received.size(), TCP_WND);
-  EXPECT_GE(wire_.counters().timer_retransmitted, 3u) << "no zero-window probes";
+  EXPECT_GE(wire_.counters().probes, 3u) << "no zero-window probes";
 
   server_.reading = true;
   while (server_.unread > 0) {
