@@ -376,7 +376,12 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   EXPECT_TRUE(fwd.WaitForOutput("worker " + victim_index + " serves its queues again", 20s))
       << fwd.output();
   for (std::thread& t : streams) t.join();
-  EXPECT_EQ(completed.load(), kept) << why << fwd.output() << PeerSockets(topo);
+  // On a failure, the counters as they are now (why a connection ended: the reset reasons).
+  auto counters_now = [&fwd] {
+    fwd.Stats();
+    return fwd.output();
+  };
+  EXPECT_EQ(completed.load(), kept) << why << counters_now() << PeerSockets(topo);
   EXPECT_EQ(failed.load(), lost) << fwd.output();
   if (sig == SIGKILL && native) {
     // (A stopped worker's queues fill its RX rings instead; their packets die with it. In
