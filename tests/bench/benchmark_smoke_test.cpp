@@ -52,7 +52,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   std::filesystem::remove_all(out);
   const std::string prefix = "xq" + std::to_string(getpid() % 100000);
   // Subnets of its own too: two runs (other worktrees) with the same addresses on two veths of
-  // the root namespace would route each other's packets. 198.18.100-199 is used by no other test.
+  // the root namespace would route each other's packets. 198.18.100-199 is used by no other test
+  // (tests/support/netns_topology.cpp keeps out of it), and bench/run refuses a routed subnet.
   const std::string net = std::to_string(100 + getpid() % 100);
   ChildProcess run({BENCH_RUNNER, "--quick", "--out", out.string(), "--prefix", prefix,
                     "--client-net", "198.18." + net, "--server-net", "198.19." + net, "--xdpfwd",
