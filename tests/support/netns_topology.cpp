@@ -152,9 +152,8 @@ void Topology::Build(const TopologyOptions& options) {
 
   // Subnets from the benchmarking range (RFC 2544): 198.18.k.0/24 for the client side,
   // 198.19.k.0/24 for the server side, k chosen so no existing route overlaps. k is never
-  // 100-199, the benchmark smoke test's: it adds its subnets later, so a topology built first
-  // on the same k had the root namespace route the benchmark's proxies into this test's
-  // namespace (seen in CI: socat and HAProxy measured nothing).
+  // 100-199, the benchmark smoke test's (its subnets are fixed, and bench/run refuses one that
+  // is already routed).
   int k = -1;
   for (int i = 0; i < 150; ++i) {
     const int r = (getpid() * 7 + n * 13 + i) % 150;
