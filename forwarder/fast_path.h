@@ -99,6 +99,7 @@ struct QueueRx {
   X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */             \
   X(tx_socket_full, "tx_socket_full")       /* not queued, batch full of deferred: lwIP resends */ \
   X(tx_singles_af_xdp, "tx_singles_af_xdp") /* batches without GSO: through AF_XDP */              \
+  X(tx_singles_kept_to_packet, "tx_singles_kept_to_packet") /* their flow sent that way lately */  \
   X(next_hops, "next_hops")                                                                        \
   X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                            \
   X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                          \

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "os/clock.h"
 #include "os/endpoint.h"
 #include "xdp/steer_shared.h"
 
@@ -195,15 +196,25 @@ void LwipNetif::FlushTx() {
   }
   if (packet_tx_->batch().empty()) return;
   TxBatch& b = packet_tx_->batch();
-  // All or nothing: part through each would let the packet socket's frames overtake the
-  // AF_XDP ones, which leave at the ports' Flush.
-  const bool small_af_xdp =
-      config_.small_batches == SmallBatchTx::kAfXdp ||
-      (config_.small_batches == SmallBatchTx::kAcksThroughPacket && !b.bare_acks_only());
-  const bool af_xdp = small_af_xdp && !packet_tx_->deferring() && !b.has_gso() &&
-                      port_.tx_checksum_offload() && b.longest() <= port_.tx_frame_bytes() &&
-                      port_.frames().in_pool >= b.size();
-  if (!af_xdp) {
+  // The whole batch goes one way: part through each would let the packet socket's frames
+  // overtake the AF_XDP ones, which leave at the ports' Flush.
+  const uint64_t now_ns = MonotonicNs();
+  bool held = false, ack_run = false;
+  for (uint32_t i = b.first_unsent(); i < b.size(); ++i) {
+    held = held || packet_flows_.Held(b.flow(i), now_ns);
+    ack_run = ack_run || packet_flows_.InAckRun(b.flow(i));
+  }
+  const bool small_through_packet =
+      config_.small_batches == SmallBatchTx::kPacket ||
+      (config_.small_batches == SmallBatchTx::kAcksThroughPacket && b.bare_acks_only() && ack_run);
+  const bool port_can = !packet_tx_->deferring() && !b.has_gso() && port_.tx_checksum_offload() &&
+                        b.longest() <= port_.tx_frame_bytes() && port_.frames().in_pool >= b.size();
+  const bool through_packet = small_through_packet || !port_can || held;
+  if (held && !small_through_packet && port_can) stats_.tx_singles_kept_to_packet += b.size();
+  for (uint32_t i = b.first_unsent(); i < b.size(); ++i) {
+    packet_flows_.Sent(b.flow(i), b.bare_ack(i), through_packet, now_ns);
+  }
+  if (through_packet) {
     packet_tx_->Flush();
     return;
   }

@@ -18,6 +18,7 @@
 #include "os/result.h"
 #include "stack/neighbor.h"
 #include "stack/next_hop_cache.h"
+#include "stack/packet_path_flows.h"
 #include "stack/packet_tx.h"
 #include "stack/worker_handoff.h"
 #include "stack/xsk_port.h"
@@ -65,6 +66,9 @@ struct NetifStats {
   uint64_t rx_copy_no_pool = 0;    // of those, dropped for want of a pool pbuf (TCP resends)
   PacketTxStats packet_tx;         // with LwipNetifConfig::packet_tx
   uint64_t tx_singles_af_xdp = 0;  // of those packets, sent through the port (FlushTx)
+  // Packets of batches that would have gone through the port but went through the packet
+  // socket, because one of their flows had sent that way lately (PacketPathFlows).
+  uint64_t tx_singles_kept_to_packet = 0;
 };
 
 class LwipNetif {
@@ -100,8 +104,9 @@ class LwipNetif {
   NetifStats stats() const;
   // Sends what Output queued (with LwipNetifConfig::packet_tx): once per worker iteration,
   // before the ports' Flush. A batch with a GSO packet goes through the packet socket; one of
-  // single segments (requests, responses, ACKs) through the AF_XDP port, cheaper per small
-  // packet (docs/stack.md), in order either way.
+  // single segments (requests, responses, ACKs) as LwipNetifConfig::small_batches says, but
+  // through the packet socket whenever one of its flows sent that way lately (PacketPathFlows),
+  // so that no packet of a flow overtakes another at the peer.
   void FlushTx();
   // Whether packets the kernel refused at the last FlushTx still wait in the packet socket's
   // batch (PacketTx::deferring).
@@ -137,6 +142,7 @@ class LwipNetif {
   NetifStats stats_;
   std::unique_ptr<PacketTx> packet_tx_;
   uint64_t full_seen_ = 0;  // packet_tx_'s stats().full at the last FlushTx
+  PacketPathFlows packet_flows_;
   WorkerHandoff* handoff_ = nullptr;
   uint16_t tag_ = 0;
 };

@@ -81,6 +81,16 @@ struct Headers {
     flags = bytes[ihl + 13];
   }
   bool tcp() const { return tcp_header != 0; }
+  // A hash of the addresses and ports (the multiplier is 2^64 over the golden ratio, odd: the
+  // high bits of the product mix every input bit), never 0.
+  uint32_t flow() const {
+    if (!tcp()) return 0;
+    const uint64_t addresses = uint64_t{Get32(bytes + 12)} << 32 | Get32(bytes + 16);
+    const uint64_t x =
+        (addresses ^ Get32(bytes + ihl) * 0xff51afd7ed558ccdULL) * 0x9e3779b97f4a7c15ULL;
+    const uint32_t h = static_cast<uint32_t>(x >> 32);
+    return h != 0 ? h : 1;
+  }
 };
 
 }  // namespace
@@ -171,7 +181,8 @@ bool TxBatch::Add(const uint8_t (&eth)[14], pbuf* ip) {
       return true;
     }
   }
-  if (!h.tcp() || h.payload > 0 || h.flags != kAck) not_bare_ack_ = true;
+  const bool bare_ack = h.tcp() && h.payload == 0 && h.flags == kAck;
+  if (!bare_ack) not_bare_ack_ = true;
   const uint32_t len = kEth + h.ip_len;
   const bool reference = h.tcp() && h.payload >= kReferenceFrom;
   const uint32_t copied = reference ? kEth + h.ihl + h.tcp_header : len;
@@ -186,6 +197,8 @@ bool TxBatch::Add(const uint8_t (&eth)[14], pbuf* ip) {
   len_[count_] = len;
   segments_[count_] = 1;
   mss_[count_] = h.payload;
+  flow_[count_] = h.flow();
+  bare_ack_[count_] = bare_ack;
   iov_at_[count_] = iov_used_;
   iov_[iov_used_++] = {&vnet_[count_], sizeof(VnetHeader)};
   iov_[iov_used_++] = {frame, copied};

@@ -40,10 +40,11 @@ struct VnetHeader {
 static_assert(sizeof(VnetHeader) == 10, "the kernel's struct VnetHeader");
 
 // With a packet socket for TX, where a batch without a GSO packet goes: through the AF_XDP port,
-// cheaper per small packet; through the packet socket when it holds bare ACKs only (the
-// default: a bulk sender's ACKs; a veth peer with GRO and threaded NAPI receives a packet
-// socket's skbs in its own thread, AF_XDP's in the sender's softirq, docs/stack.md); or through
-// the packet socket always.
+// cheaper per small packet; through the packet socket when it holds bare ACKs only and one of
+// their flows is in a run of them (the default: a bulk receiver's ACKs; a veth peer with GRO and
+// threaded NAPI receives a packet socket's skbs in its own thread, AF_XDP's in the sender's
+// softirq, docs/stack.md); or through the packet socket always. In every mode a flow that sent
+// through the packet socket lately keeps to it (PacketPathFlows).
 enum class SmallBatchTx { kAfXdp, kAcksThroughPacket, kPacket };
 
 struct PacketTxStats {
@@ -124,6 +125,9 @@ class TxBatch {
   std::vector<uint8_t> Frame(uint32_t i) const;
   const VnetHeader& vnet(uint32_t i) const { return vnet_[i]; }
   uint32_t segments(uint32_t i) const { return segments_[i]; }
+  // Frame i's flow: a hash of its addresses and ports, never 0; 0 for a packet that is not TCP.
+  uint32_t flow(uint32_t i) const { return flow_[i]; }
+  bool bare_ack(uint32_t i) const { return bare_ack_[i]; }  // TCP, ACK flag alone, no payload
   uint32_t pinned() const { return pinned_count_; }
 
  private:
@@ -147,6 +151,8 @@ class TxBatch {
   uint32_t len_[kMaxPackets];
   uint32_t segments_[kMaxPackets];
   uint32_t mss_[kMaxPackets];  // payload of each frame's first segment: its GSO size
+  uint32_t flow_[kMaxPackets];
+  bool bare_ack_[kMaxPackets];
   uint32_t iov_at_[kMaxPackets];
   uint32_t iov_count_[kMaxPackets];
   bool gso_ = false;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "stack/neighbor.h"
+#include "stack/packet_path_flows.h"
 #include "stack/worker.h"
 #include "tests/support/lwip_echo.h"
 #include "tests/support/netns_topology.h"
@@ -46,7 +47,8 @@ struct FastInterface {
   std::unique_ptr<XskPort> port;
   std::unique_ptr<LwipNetif> netif;
 
-  void Open(const std::string& ifname, in_addr addr, bool packet_tx = false) {
+  void Open(const std::string& ifname, in_addr addr, bool packet_tx = false,
+            SmallBatchTx small_batches = SmallBatchTx::kPacket) {
     auto p = SteerProgram::Attach(ifname);
     ASSERT_TRUE(p) << p.error().message();
     prog = std::move(*p);
@@ -69,7 +71,7 @@ struct FastInterface {
     nc.mtu = static_cast<uint16_t>(*mtu);
     nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(ifname);
     nc.packet_tx = packet_tx;
-    nc.small_batches = SmallBatchTx::kPacket;  // with packet_tx: every batch through the socket
+    nc.small_batches = small_batches;  // with packet_tx; kPacket: every batch through the socket
     EXPECT_FALSE(nc.verify_tcp_checksum) << "veth: CHECKSUM_PARTIAL frames (docs/stack.md)";
     auto n = LwipNetif::Create({port.get()}, nc);
     ASSERT_TRUE(n) << n.error().message();
@@ -420,6 +422,111 @@ TEST_F(LwipStackTest, DrainSendsWhatThePacketSocketRefused) {
   tcp_abort(pcb);
   server_side.netif->FlushTx();  // the RST, so that the batch lets go of every pbuf
   EXPECT_FALSE(server_side.netif->tx_deferred());
+}
+
+// With --tx-small acks a receiver's run of bare ACKs goes through the packet socket, and that
+// flow's next segments follow it there for PacketPathFlows::kHoldNs, though a batch of single
+// segments would take the AF_XDP port: a veth peer with threaded NAPI receives the socket's
+// skbs later than the port's, and the segment would overtake the ACKs (packet_path_flows.h).
+// Once the hold is over, the flow's segments take the port again.
+TEST_F(LwipStackTest, AFlowWhoseAcksWentThroughThePacketSocketKeepsToIt) {
+  Topology topo;
+  FastInterface server_side;
+  server_side.Open(topo.server_side_if(), topo.server_gw(), /*packet_tx=*/true,
+                   SmallBatchTx::kAcksThroughPacket);
+  if (HasFatalFailure()) return;
+  const auto ping = topo.Run("", "ping -c 1 -W 2 " + ToString(topo.server_addr()));
+  ASSERT_EQ(ping.status, 0) << ping.output;
+
+  UniqueFd listener = TcpListen(topo.server_ns(), topo.server_addr());
+  const uint16_t server_port = LocalPort(listener.get());
+  const timeval timeout{10, 0};
+  setsockopt(listener.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  constexpr int kChunks = 8;
+  constexpr size_t kChunk = 100;
+  std::atomic<size_t> server_got{0};
+  std::thread server([&] {
+    UniqueFd conn(accept(listener.get(), nullptr, nullptr));
+    if (!conn) return;
+    setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const std::string chunk(kChunk, 'c');
+    // Apart by more than lwIP's delayed ACK (two 10 ms ticks): each is answered by a bare ACK.
+    for (int i = 0; i < kChunks; ++i) {
+      if (send(conn.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL) != ssize_t(kChunk)) return;
+      std::this_thread::sleep_for(40ms);
+    }
+    char buf[512];
+    while (server_got.load() < 2 * kChunk) {
+      const ssize_t n = recv(conn.get(), buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      server_got += static_cast<size_t>(n);
+    }
+  });
+
+  Worker worker(-1);
+  worker.Add(server_side.netif.get());
+  ClientState st;
+  st.pcb = tcp_new();
+  ASSERT_NE(st.pcb, nullptr);
+  ip_addr_t local, remote;
+  ip_addr_set_ip4_u32(&local, topo.server_gw().s_addr);
+  ip_addr_set_ip4_u32(&remote, topo.server_addr().s_addr);
+  ASSERT_EQ(tcp_bind(st.pcb, &local, 0), ERR_OK);
+  ASSERT_TRUE(server_side.prog->AddFlow(
+      {topo.server_addr(), topo.server_gw(), server_port, st.pcb->local_port}, 0, 0));
+  tcp_arg(st.pcb, &st);
+  tcp_recv(st.pcb, ClientRecv);
+  tcp_nagle_disable(st.pcb);
+  ASSERT_EQ(tcp_connect(st.pcb, &remote, server_port, nullptr), ERR_OK);
+  auto run_until = [&](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      if (done()) return true;  // asked once per iteration: `done` may count what it sees
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      worker.RunOnce();
+    }
+  };
+  const std::string data(kChunk, 'd');
+  auto write = [&] {
+    ASSERT_EQ(tcp_write(st.pcb, data.data(), kChunk, TCP_WRITE_FLAG_COPY), ERR_OK);
+    ASSERT_EQ(tcp_output(st.pcb), ERR_OK);
+  };
+
+  const uint16_t pcbs_before = PcbsInUse() - 1;  // less the one above
+  // Every chunk in, and the ACK of the last one out through the packet socket (the run): the
+  // flow is held there from now on for kHoldNs.
+  uint64_t sent_by_socket = 0;
+  EXPECT_TRUE(run_until([&] {
+    const uint64_t now_sent = server_side.netif->stats().packet_tx.segments;
+    const bool acked_last = st.received == kChunks * kChunk && now_sent > sent_by_socket;
+    sent_by_socket = now_sent;
+    return acked_last;
+  })) << "received "
+      << st.received << "; " << server_side.Describe();
+  const NetifStats acked = server_side.netif->stats();
+  EXPECT_GT(acked.packet_tx.segments, 0u) << "no ACK went through the packet socket";
+
+  write();
+  worker.RunOnce();  // FlushTx
+  const NetifStats kept = server_side.netif->stats();
+  EXPECT_EQ(kept.tx_singles_af_xdp, acked.tx_singles_af_xdp) << "the segment took the port";
+  EXPECT_EQ(kept.tx_singles_kept_to_packet, acked.tx_singles_kept_to_packet + 1);
+  EXPECT_TRUE(run_until([&] { return server_got.load() == kChunk; })) << server_got.load();
+
+  // Past the hold, with nothing sent meanwhile, the flow's next segment takes the port again.
+  const auto hold_over =
+      std::chrono::steady_clock::now() + std::chrono::nanoseconds(PacketPathFlows::kHoldNs) + 10ms;
+  run_until([&] { return std::chrono::steady_clock::now() >= hold_over; });
+  const NetifStats later = server_side.netif->stats();
+  write();
+  worker.RunOnce();
+  EXPECT_EQ(server_side.netif->stats().tx_singles_af_xdp, later.tx_singles_af_xdp + 1);
+  EXPECT_TRUE(run_until([&] { return server_got.load() == 2 * kChunk; })) << server_got.load();
+  server.join();  // the server closes: lwIP closes in turn (ClientRecv)
+  EXPECT_TRUE(run_until([&] { return st.done && PcbsInUse() == pcbs_before; }))
+      << "done " << st.done << ", pcbs " << PcbsInUse() << " against " << pcbs_before;
+  if (!st.done && st.pcb != nullptr) tcp_abort(st.pcb);
+  server_side.netif->FlushTx();
 }
 
 size_t OpenFds() {

@@ -186,8 +186,9 @@ TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
   EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_socket_gso"), 0u);
   EXPECT_LT(packets, segments / 4) << "GSO packets of a few segments at least, on average";
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_dropped"), 0u);
-  // Batches of single segments only (the handshakes; bare ACKs alone go through the packet
-  // socket, --tx-small acks) take the AF_XDP port, and only they.
+  // Batches of single segments only (the handshakes; not a run of bare ACKs, --tx-small acks,
+  // nor a flow's segments just after it sent through the socket) take the AF_XDP port, and
+  // only they.
   EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_singles_af_xdp"), 0u);
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_packets"),
             ForwarderProcess::Get(stats, "fast.tx_singles_af_xdp"));
