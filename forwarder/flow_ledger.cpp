@@ -20,8 +20,10 @@ FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_f
   b.route = &route;
   b.client_flow = client_flow;
   FlowTable& table = *route.client_side;
-  if (!table.MarkAccepted(client_flow, config_.worker, route.id)) {
+  b.accepted_ns = config_.clock_ns();
+  if (!table.MarkAccepted(client_flow, config_.worker, route.id, b.accepted_ns)) {
     (void)table.AddFlow(client_flow, config_.worker, route.id);
+    b.accepted_ns = table.FlowCreatedNs(client_flow).value_or(0);  // rare: reaped meanwhile
   }
   return b;
 }
@@ -76,7 +78,7 @@ void FlowLedger::ReleaseBackendPort(FlowBooking& b) {
 void FlowLedger::Close(FlowBooking& b, uint64_t now_ms) {
   const uint64_t due = now_ms + config_.flow_linger_ms;
   removals_.push_back(
-      PendingRemoval{due, b.route->client_side, b.client_flow, nullptr, {}, config_.clock_ns()});
+      PendingRemoval{due, b.route->client_side, b.client_flow, nullptr, {}, b.accepted_ns});
   if (b.ports != nullptr) {
     b.ports->Release(b.lease.port);
     removals_.push_back(
@@ -102,9 +104,10 @@ void FlowLedger::Remove(const PendingRemoval& r) {
     if (r.ports->IsIdleSince(r.lease)) (void)r.table->RemoveFlow(r.tuple);
     return;
   }
-  // A client that reused its 4-tuple after this connection closed has a newer entry.
+  // A client that reused its 4-tuple since this connection was accepted (or refused) has a
+  // newer entry: its SYN stamped it.
   const auto created_ns = r.table->FlowCreatedNs(r.tuple);
-  if (created_ns && *created_ns <= r.closed_ns) (void)r.table->RemoveFlow(r.tuple);
+  if (created_ns && *created_ns <= r.stamp_ns) (void)r.table->RemoveFlow(r.tuple);
 }
 
 uint32_t FlowLedger::backend_ports_in_use() const {

@@ -38,6 +38,9 @@ struct FlowBooking {
   FlowTuple backend_flow{};
   BackendPorts* ports = nullptr;  // null while no backend port is held
   BackendPorts::Lease lease{};
+  // The client entry's stamp when this connection took it (MarkAccepted): a newer one at the
+  // close means the client's next connection on the same 4-tuple has it since.
+  uint64_t accepted_ns = 0;
 };
 
 struct FlowLedgerConfig {
@@ -77,7 +80,8 @@ class FlowLedger {
 
   // The connection ended: its port goes back now (reused last, FIFO), its entries after the
   // linger — the backend entry only if its port was not leased again meanwhile, the client
-  // entry only if the client did not open a new connection on the same 4-tuple since.
+  // entry only if no SYN has come on its 4-tuple since this connection was accepted (a client
+  // that reused its port, even before this connection ended; docs/relay.md).
   void Close(FlowBooking& booking, uint64_t now_ms);
   // Removes entries whose linger is over, at most `budget` of them (each is a map syscall or
   // two); true if there were any. The linger is a minimum: what is left goes at the next call.
@@ -93,7 +97,7 @@ class FlowLedger {
     FlowTuple tuple;
     BackendPorts* ports;  // backend flow: only if the port was not reused meanwhile
     BackendPorts::Lease lease;
-    uint64_t closed_ns;  // client flow: only if the entry is older than this
+    uint64_t stamp_ns;  // client flow: only if the entry's stamp is not newer than this
   };
   BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
   void Remove(const PendingRemoval& r);

@@ -27,8 +27,10 @@ class FlowTable {
   // Enters (or overwrites) a flow served by worker `owner`, stamped with the time of insertion.
   virtual Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) = 0;
   // Flags an existing client flow as taken by the worker (so the stray reaper leaves it alone)
-  // and stamps it anew. An error if the entry is gone.
-  virtual Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) = 0;
+  // and stamps it with `stamp_ns` (CLOCK_MONOTONIC; the caller keeps it, to tell at the close
+  // whether the entry is still its connection's). An error if the entry is gone.
+  virtual Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+                                    uint64_t stamp_ns) = 0;
   virtual Result<void> RemoveFlow(const FlowTuple& tuple) = 0;
   // When the tuple's entry was stamped (CLOCK_MONOTONIC ns, the clock bpf_ktime_get_ns reads),
   // or nullopt if there is none.

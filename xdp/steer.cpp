@@ -497,12 +497,13 @@ Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
   return {};
 }
 
-Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) {
+Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+                                        uint64_t stamp_ns) {
   const steer_flow_key key = KeyOf(tuple);
   steer_flow value{};
   value.owner = owner;
   value.rule_id = rule_id;
-  value.created_ns = MonotonicNs();    // still before the connection's end, as removal expects
+  value.created_ns = stamp_ns;
   value.origin = STEER_FLOW_FROM_SYN;  // it keeps its slot in the client budget
   value.flags = STEER_FLOW_ACCEPTED;
   if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),

@@ -93,7 +93,8 @@ class SteerProgram final : public FlowTable {
   Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
   Result<void> RemoveFlow(const FlowTuple& tuple) override;
   // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
-  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
+  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+                            uint64_t stamp_ns) override;
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
   std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "os/clock.h"
 #include "stack/xsk_port.h"
 #include "tests/support/packet_builder.h"
 #include "tests/support/tcp.h"
@@ -122,7 +123,7 @@ TEST_F(SteerFixtureTest, SynOnALingeringFlowMakesItNew) {
   BindSocket();
   const FlowTuple tuple{Ip(kClient), Ip(kListen), 40010, kListenPort};
   Expect(Syn(40010), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
-  ASSERT_TRUE(prog_->MarkAccepted(tuple, 0, 7));
+  ASSERT_TRUE(prog_->MarkAccepted(tuple, 0, 7, MonotonicNs()));
   const auto accepted = prog_->LookupFlow(tuple);
   ASSERT_TRUE(accepted.has_value());
   ASSERT_EQ(accepted->flags, STEER_FLOW_ACCEPTED);

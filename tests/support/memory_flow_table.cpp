@@ -17,11 +17,11 @@ Result<void> MemoryFlowTable::AddFlow(const FlowTuple& tuple, uint32_t owner, ui
   return {};
 }
 
-Result<void> MemoryFlowTable::MarkAccepted(const FlowTuple& tuple, uint32_t owner,
-                                           uint32_t rule_id) {
+Result<void> MemoryFlowTable::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+                                           uint64_t stamp_ns) {
   const auto it = entries_.find(KeyOf(tuple));
   if (it == entries_.end()) return SystemError("memory flow table: marking accepted", ENOENT);
-  it->second = Entry{owner, rule_id, clock_ns_(), true, it->second.from_syn};
+  it->second = Entry{owner, rule_id, stamp_ns, true, it->second.from_syn};
   return {};
 }
 

@@ -25,7 +25,8 @@ class MemoryFlowTable final : public FlowTable {
   explicit MemoryFlowTable(uint64_t (*clock_ns)() = nullptr);  // null: MonotonicNs
 
   Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
-  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
+  Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+                            uint64_t stamp_ns) override;
   Result<void> RemoveFlow(const FlowTuple& tuple) override;
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
 

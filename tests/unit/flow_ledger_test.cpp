@@ -194,6 +194,26 @@ TEST_F(FlowLedgerTest, ClientReusingItsTupleAfterTheCloseKeepsItsNewerEntry) {
   EXPECT_TRUE(backends_.Find(second.backend_flow));
 }
 
+// A client whose socket closed before ours (its FIN acknowledged, TIME_WAIT overflowed or not
+// needed) may reuse its port while this side still waits for the backend: the next
+// connection's SYN and accept come before the first connection's close, and the first one's
+// removal must still leave the entry to the second (the clock says nothing here; the stamp the
+// accept wrote does).
+TEST_F(FlowLedgerTest, ClientReusingItsTupleBeforeTheCloseKeepsItsNewerEntry) {
+  FlowLedger ledger(Config());
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking first = Open(ledger, route, 40000);
+  FlowBooking second = Open(ledger, route, 40000);
+  ledger.Close(first, 0);
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  const auto entry = clients_.Find(Client(40000));
+  ASSERT_TRUE(entry) << "the first connection's removal deleted the second's client entry";
+  EXPECT_TRUE(entry->accepted);
+  ledger.Close(second, kLingerMs);
+  ASSERT_TRUE(ledger.RemoveDue(2 * kLingerMs));
+  EXPECT_FALSE(clients_.Find(Client(40000))) << "the second connection's own removal";
+}
+
 TEST_F(FlowLedgerTest, ReusedBackendPortKeepsItsEntry) {
   FlowLedger ledger(Config({{2000, 2000}}));  // one port: the next leg reuses it at once
   const FlowRoute route = Route(1, "10.2.0.9", 9000);
