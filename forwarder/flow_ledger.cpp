@@ -106,8 +106,7 @@ void FlowLedger::Remove(const PendingRemoval& r) {
   }
   // A client that reused its 4-tuple since this connection was accepted (or refused) has a
   // newer entry: its SYN stamped it.
-  const auto created_ns = r.table->FlowCreatedNs(r.tuple);
-  if (created_ns && *created_ns <= r.stamp_ns) (void)r.table->RemoveFlow(r.tuple);
+  (void)r.table->RemoveFlowStampedBy(r.tuple, r.stamp_ns);
 }
 
 uint32_t FlowLedger::backend_ports_in_use() const {

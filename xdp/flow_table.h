@@ -32,6 +32,10 @@ class FlowTable {
   virtual Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                                     uint64_t stamp_ns) = 0;
   virtual Result<void> RemoveFlow(const FlowTuple& tuple) = 0;
+  // Removes the tuple's entry unless it was stamped after `stamp_ns` (a SYN or an accept since:
+  // a newer connection's entry). True if it was removed. The steering program may stamp it
+  // while this runs; such an entry is not lost (SteerProgram puts it back at once).
+  virtual bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) = 0;
   // When the tuple's entry was stamped (CLOCK_MONOTONIC ns, the clock bpf_ktime_get_ns reads),
   // or nullopt if there is none.
   virtual std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const = 0;

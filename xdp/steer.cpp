@@ -497,6 +497,27 @@ Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
   return {};
 }
 
+bool SteerProgram::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) {
+  const steer_flow_key key = KeyOf(tuple);
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
+  steer_flow v{};
+  // A reused 4-tuple's entry is usually newer already: a lookup says so without touching it.
+  if (bpf_map_lookup_elem(fd, &key, &v) != 0 || v.created_ns > stamp_ns) return false;
+  // A client SYN the program takes between that lookup and the delete stamps the entry anew
+  // and goes on to lwIP; deleted, its connection's next packet would reach the kernel, which
+  // resets it (seen: the client's ACK of our SYN-ACK, 50 us after its SYN, at the moment a
+  // removal came due). Deleting and reading in one step shows the new stamp, and the entry goes
+  // back at once, before that next packet, a round trip later, can arrive.
+  if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0) return false;
+  if (v.created_ns > stamp_ns) {
+    if (bpf_map_update_elem(fd, &key, &v, BPF_NOEXIST) == 0) return false;
+    // The program entered the 4-tuple afresh meanwhile (another SYN): that entry stays, and
+    // counts for itself against the budget.
+  }
+  if (v.origin == STEER_FLOW_FROM_SYN) std::atomic_ref(skel_->s->bss->syn_flows).fetch_sub(1);
+  return v.created_ns <= stamp_ns;
+}
+
 Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                                         uint64_t stamp_ns) {
   const steer_flow_key key = KeyOf(tuple);
@@ -526,8 +547,10 @@ size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
   for (const steer_flow_key& k : strays) {
     steer_flow v{};
     if (bpf_map_lookup_and_delete_elem(fd, &k, &v) != 0) continue;  // gone meanwhile
-    if ((v.flags & STEER_FLOW_ACCEPTED) != 0 || v.origin != STEER_FLOW_FROM_SYN) {
-      // Accepted (or replaced) between the scan and the delete: put it back as it was.
+    if ((v.flags & STEER_FLOW_ACCEPTED) != 0 || v.origin != STEER_FLOW_FROM_SYN ||
+        v.created_ns >= created_before_ns) {
+      // Accepted, replaced, or stamped by a new SYN between the scan and the delete: put it
+      // back as it was.
       (void)bpf_map_update_elem(fd, &k, &v, BPF_NOEXIST);
       continue;
     }

@@ -92,6 +92,7 @@ class SteerProgram final : public FlowTable {
   // FlowTable, over the program's flow map.
   Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
   Result<void> RemoveFlow(const FlowTuple& tuple) override;
+  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override;
   // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns) override;

@@ -144,6 +144,28 @@ TEST_F(SteerFixtureTest, SynOnALingeringFlowMakesItNew) {
   EXPECT_EQ(prog_->ReapStrayFlows(after_syn->created_ns + 1), 1u);
 }
 
+// The ledger's removal at a connection's close: an entry stamped after the connection's accept
+// (the client's next SYN on the 4-tuple) stays; one stamped no later goes, and gives its slot in
+// the client budget back. (The race it also covers, a SYN between its lookup and its delete,
+// cannot be arranged from a test: the entry would go back at once.)
+TEST_F(SteerFixtureTest, RemovalAtCloseLeavesAnEntryANewSynStamped) {
+  BindSocket();
+  const FlowTuple tuple{Ip(kClient), Ip(kListen), 40011, kListenPort};
+  Expect(Syn(40011), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  const uint64_t accepted_ns = MonotonicNs();
+  ASSERT_TRUE(prog_->MarkAccepted(tuple, 0, 7, accepted_ns));
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u);
+  Expect(Syn(40011), XDP_REDIRECT, SteerReason::kRedirectFlow);  // the client's next connection
+  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, accepted_ns));
+  ASSERT_TRUE(prog_->LookupFlow(tuple).has_value());
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u);
+  const auto stamped = prog_->LookupFlow(tuple)->created_ns;
+  EXPECT_TRUE(prog_->RemoveFlowStampedBy(tuple, stamped));
+  EXPECT_FALSE(prog_->LookupFlow(tuple).has_value());
+  EXPECT_EQ(prog_->ClientFlowCount(), 0u);
+  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, stamped)) << "nothing left to remove";
+}
+
 // A backend leg's entry is the worker's: a SYN on its tuple (not something a backend sends)
 // does not touch it.
 TEST_F(SteerFixtureTest, SynDoesNotTouchABackendLegsEntry) {

@@ -31,6 +31,14 @@ Result<void> MemoryFlowTable::RemoveFlow(const FlowTuple& tuple) {
   return {};
 }
 
+bool MemoryFlowTable::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) {
+  const auto it = entries_.find(KeyOf(tuple));
+  if (it == entries_.end() || it->second.created_ns > stamp_ns) return false;
+  entries_.erase(it);
+  ++removes_;
+  return true;
+}
+
 std::optional<uint64_t> MemoryFlowTable::FlowCreatedNs(const FlowTuple& tuple) const {
   const auto it = entries_.find(KeyOf(tuple));
   if (it == entries_.end()) return std::nullopt;

@@ -28,6 +28,7 @@ class MemoryFlowTable final : public FlowTable {
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns) override;
   Result<void> RemoveFlow(const FlowTuple& tuple) override;
+  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override;
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
 
   // What the steering program does on a client SYN to a listener.
