@@ -505,9 +505,10 @@ bool SteerProgram::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns
   if (bpf_map_lookup_elem(fd, &key, &v) != 0 || v.created_ns > stamp_ns) return false;
   // A client SYN the program takes between that lookup and the delete stamps the entry anew
   // and goes on to lwIP; deleted, its connection's next packet would reach the kernel, which
-  // resets it (seen: the client's ACK of our SYN-ACK, 50 us after its SYN, at the moment a
-  // removal came due). Deleting and reading in one step shows the new stamp, and the entry goes
-  // back at once, before that next packet, a round trip later, can arrive.
+  // resets it (a capture showed a reset that fits: the client's ACK of our SYN-ACK, 50 us
+  // after its SYN, met no entry at the moment a removal came due; docs/relay.md). Deleting and
+  // reading in one step shows the new stamp, and the entry goes back at once, before that next
+  // packet, a round trip later, can arrive.
   if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0) return false;
   if (v.created_ns > stamp_ns) {
     if (bpf_map_update_elem(fd, &key, &v, BPF_NOEXIST) == 0) return false;
