@@ -32,8 +32,9 @@ static_assert(sizeof(steer_listener_key) == 8 && offsetof(steer_listener_key, po
 static_assert(sizeof(steer_listener) == 4);
 static_assert(sizeof(steer_flow_key) == 12 && offsetof(steer_flow_key, sport) == 8 &&
               offsetof(steer_flow_key, dport) == 10);
-static_assert(sizeof(steer_flow) == 24 && offsetof(steer_flow, created_ns) == 8 &&
-              offsetof(steer_flow, origin) == 16 && offsetof(steer_flow, flags) == 20);
+static_assert(sizeof(steer_flow) == 32 && offsetof(steer_flow, created_ns) == 8 &&
+              offsetof(steer_flow, origin) == 16 && offsetof(steer_flow, flags) == 20 &&
+              offsetof(steer_flow, in_place) == 24);
 static_assert(sizeof(steer_owner) == 16 && offsetof(steer_owner, start_time) == 8);
 static_assert(sizeof(steer_counter) == 16);
 static_assert(sizeof(steer_rx_meta) == 8 && offsetof(steer_rx_meta, magic) == 4);
@@ -528,8 +529,12 @@ Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, 
   value.created_ns = stamp_ns;
   value.origin = STEER_FLOW_FROM_SYN;  // it keeps its slot in the client budget
   value.flags = STEER_FLOW_ACCEPTED;
+  // In place: the connection's next packet, a few microseconds behind the ACK that completed
+  // it, must find the entry while it changes. Replaced (a new element at the bucket's head,
+  // then the old one unlinked), it could be missed by a lookup already past the head, and the
+  // packet would pass to the kernel, which resets the connection (docs/relay.md).
   if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
-                           BPF_EXIST) != 0) {
+                           BPF_EXIST | BPF_F_LOCK) != 0) {
     return SystemError(ifname_ + ": marking a flow accepted");
   }
   return {};

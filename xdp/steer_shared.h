@@ -4,6 +4,7 @@
 #ifndef XDPFWD_STEER_SHARED_H
 #define XDPFWD_STEER_SHARED_H
 
+#include <linux/bpf.h>
 #include <linux/types.h>
 
 #define STEER_PROG_NAME "xdpfwd_steer"
@@ -47,6 +48,11 @@ struct steer_flow {
   __u64 created_ns; /* bpf_ktime_get_ns() at insertion: lets userspace reap stray entries */
   __u32 origin;     /* enum steer_flow_origin */
   __u32 flags;      /* STEER_FLOW_ACCEPTED: the worker took the connection (not a stray) */
+  /* Nobody takes it. It is there so that userspace can rewrite a live entry in place
+   * (BPF_F_LOCK): a plain update links a new element and unlinks the old one, and a lookup by
+   * the program walking the same bucket at that moment can miss both (docs/relay.md). */
+  struct bpf_spin_lock in_place;
+  __u32 pad;
 };
 
 /* steer_flow.flags. A client flow the worker never accepted (the handshake did not complete:
