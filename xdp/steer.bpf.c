@@ -26,6 +26,9 @@
 #ifndef EEXIST
 #define EEXIST 17
 #endif
+#ifndef ENOENT
+#define ENOENT 2
+#endif
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 
@@ -315,22 +318,38 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	key.dport = tcp->dest;
 	existing = bpf_map_lookup_elem(&steer_flows, &key);
 	if (existing) {
+		if (existing->origin != STEER_FLOW_FROM_SYN || !tcp->syn ||
+		    tcp->ack || tcp->rst)
+			return redirect_known_flow(ctx, existing->owner);
 		/* A client that reuses its 4-tuple soon after a close finds
 		 * the old connection's lingering entry. Its bare SYN makes
 		 * the entry the new connection's: a removal scheduled for the
 		 * old one must not take it (userspace removes only entries
-		 * created before the close), and the reaper must see a
-		 * connection not yet accepted. */
-		if (existing->origin == STEER_FLOW_FROM_SYN && tcp->syn &&
-		    !tcp->ack && !tcp->rst) {
-			existing->created_ns = bpf_ktime_get_ns();
-			existing->flags = 0;
-		}
-		return redirect_known_flow(ctx, existing->owner);
+		 * stamped no later than the old connection's accept), and the
+		 * reaper must see a connection not yet accepted.
+		 *
+		 * The entry is replaced whole, under its bucket's lock, not
+		 * written where it lies: that removal may be deleting it at
+		 * this moment, reading its stamp as it unlinks it, and a
+		 * write landing in the unlinked element would be lost; the
+		 * new connection's next packet would then find no entry and
+		 * the kernel would reset it. Replaced, the removal either
+		 * sees the new stamp and puts the entry back, or came first:
+		 * then the update finds nothing and the SYN enters the flow
+		 * anew, below. (A lookup of this 4-tuple racing the
+		 * replacement could miss it, but nothing else of the client's
+		 * is in flight while it waits for its SYN's answer.) */
+		flow.owner = existing->owner; /* a resent SYN's pcb is there */
+		flow.rule_id = existing->rule_id;
+		flow.created_ns = bpf_ktime_get_ns();
+		flow.origin = STEER_FLOW_FROM_SYN;
+		if (bpf_map_update_elem(&steer_flows, &key, &flow, BPF_EXIST) !=
+		    -ENOENT)
+			return redirect_known_flow(ctx, flow.owner);
+	} else if (!tcp->syn || tcp->ack) {
+		return decide(ctx, STEER_PASS_UNKNOWN_FLOW, XDP_PASS);
 	}
 
-	if (!tcp->syn || tcp->ack)
-		return decide(ctx, STEER_PASS_UNKNOWN_FLOW, XDP_PASS);
 	listener = find_listener(ip->daddr, tcp->dest);
 	if (!listener)
 		return decide(ctx, STEER_PASS_NOT_LISTENER, XDP_PASS);

@@ -2,8 +2,6 @@
 // each fixture names the expected XDP action and the one reason counter that must move.
 // Needs root (loading BPF); the AF_XDP socket that makes redirects possible is bound to lo,
 // where no program is attached, so no traffic is affected.
-#include <arpa/inet.h>
-#include <bpf/bpf.h>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <net/if.h>
@@ -17,32 +15,12 @@
 #include "os/clock.h"
 #include "stack/xsk_port.h"
 #include "tests/support/packet_builder.h"
+#include "tests/support/steer_run.h"
 #include "tests/support/tcp.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd::test {
 namespace {
-
-constexpr const char* kClient = "198.18.0.2";
-constexpr const char* kListen = "198.18.0.1";
-constexpr const char* kBackend = "198.19.0.2";
-constexpr const char* kLocal = "198.19.0.1";
-constexpr uint16_t kListenPort = 9000;
-
-in_addr Ip(const char* dotted) {
-  in_addr a{};
-  inet_pton(AF_INET, dotted, &a);
-  return a;
-}
-
-// A socket only has to exist in the map for redirects to resolve; keep its UMEM small.
-XskPortConfig SmallPortOn(const std::string& ifname) {
-  XskPortConfig cfg;
-  cfg.ifname = ifname;
-  cfg.frame_count = 256;
-  cfg.ring_size = 64;
-  return cfg;
-}
 
 class SteerFixtureTest : public ::testing::Test {
  protected:
@@ -66,7 +44,7 @@ class SteerFixtureTest : public ::testing::Test {
   }
 
   void BindSocket() {
-    auto port = XskPort::Open(SmallPortOn("lo"));
+    auto port = XskPort::Open(SmallPortOnLo());
     ASSERT_TRUE(port) << port.error().message();
     xsk_ = std::move(*port);
     ASSERT_TRUE(prog_->BindQueue(0, xsk_->fd()));
@@ -75,14 +53,9 @@ class SteerFixtureTest : public ::testing::Test {
   // Runs one frame; checks the action and that exactly `reason` counted it.
   void Expect(const std::vector<uint8_t>& frame, int action, SteerReason reason) {
     const SteerCounters before = prog_->ReadCounters();
-    std::vector<uint8_t> data = frame;
-    bpf_test_run_opts opts{};
-    opts.sz = sizeof(opts);
-    opts.data_in = data.data();
-    opts.data_size_in = static_cast<__u32>(data.size());
-    opts.repeat = 1;
-    ASSERT_EQ(bpf_prog_test_run_opts(prog_->prog_fd(), &opts), 0) << strerror(errno);
-    EXPECT_EQ(static_cast<int>(opts.retval), action);
+    const int ran = RunFrame(prog_->prog_fd(), frame);
+    ASSERT_GE(ran, 0) << strerror(-ran);
+    EXPECT_EQ(ran, action);
     const SteerCounters after = prog_->ReadCounters();
     for (size_t r = 0; r < kSteerReasonCount; ++r) {
       const uint64_t moved = after[r].packets - before[r].packets;

@@ -19,23 +19,13 @@
 #include "stack/xsk_port.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/packet_builder.h"
+#include "tests/support/steer_run.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd::test {
 namespace {
 
-constexpr const char* kClient = "198.18.0.2";
-constexpr const char* kListen = "198.18.0.1";
-constexpr const char* kBackend = "198.19.0.2";
-constexpr const char* kLocal = "198.19.0.1";
-constexpr uint16_t kListenPort = 9000;
 constexpr uint32_t kQueues = 4;
-
-in_addr Ip(const char* dotted) {
-  in_addr a{};
-  inet_pton(AF_INET, dotted, &a);
-  return a;
-}
 
 struct Outcome {
   int action = -1;
@@ -57,11 +47,7 @@ class SteerOwnershipTest : public ::testing::Test {
     ASSERT_TRUE(prog_->AddListener(Ip(kListen), kListenPort, 7));
     // Redirects resolve when the queue's slot holds a socket; which device it is bound to
     // matters only for live traffic, so one small socket on lo fills every slot.
-    XskPortConfig cfg;
-    cfg.ifname = "lo";
-    cfg.frame_count = 256;
-    cfg.ring_size = 64;
-    auto port = XskPort::Open(cfg);
+    auto port = XskPort::Open(SmallPortOnLo());
     ASSERT_TRUE(port) << port.error().message();
     xsk_ = std::move(*port);
     for (uint32_t q = 0; q < kQueues; ++q) ASSERT_TRUE(prog_->BindQueue(q, xsk_->fd()));

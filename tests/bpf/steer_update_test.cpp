@@ -1,11 +1,9 @@
-// How userspace rewrites a live steering entry. Accepting a connection marks its entry
-// (SteerProgram::MarkAccepted) while the client's next packets arrive, microseconds apart. A
-// plain hash-map update links a new element at the head of the entry's bucket and then unlinks
-// the old one; a lookup by the program that is already past the head at that moment finds
-// neither, and the packet passes to the kernel, which resets the connection (docs/relay.md).
-// MarkAccepted must rewrite the element where it lies.
+// Steering entries changed by one side while the other reads or changes them. The program
+// looks entries up for every packet and stamps an entry anew on a client's SYN; userspace marks
+// an entry accepted and removes it after its connection's close. Each race here once cost a live
+// connection its entry: its next packet passed to the kernel, which reset it (docs/relay.md).
 //
-// The tests rely on how the kernel's hash map lists a bucket: newest element first, and
+// Some tests rely on how the kernel's hash map lists a bucket: newest element first, and
 // get_next_key walks the buckets in order, each from its head. That makes "in place" visible:
 // an entry behind another in its bucket stays behind it.
 // Needs root (loading BPF).
@@ -29,21 +27,13 @@
 #include "os/unique_fd.h"
 #include "stack/xsk_port.h"
 #include "tests/support/packet_builder.h"
+#include "tests/support/steer_run.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd::test {
 namespace {
 
-constexpr const char* kClient = "198.18.0.2";
-constexpr const char* kListen = "198.18.0.1";
-constexpr uint16_t kListenPort = 9000;
 constexpr uint32_t kRule = 7;
-
-in_addr Ip(const char* dotted) {
-  in_addr a{};
-  inet_pton(AF_INET, dotted, &a);
-  return a;
-}
 
 FlowTuple ClientTuple(uint16_t sport) { return {Ip(kClient), Ip(kListen), sport, kListenPort}; }
 
@@ -97,8 +87,12 @@ class SteerUpdateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "loading BPF needs root";
+    Load(1);  // the smallest map: 258 entries in 512 buckets
+  }
+
+  void Load(uint32_t flow_capacity) {
     SteerOptions options;
-    options.flow_capacity = 1;  // the smallest map: 258 entries in 512 buckets
+    options.flow_capacity = flow_capacity;
     auto prog = SteerProgram::Load(options);
     ASSERT_TRUE(prog) << prog.error().message();
     prog_ = std::move(*prog);
@@ -166,13 +160,7 @@ TEST_F(SteerUpdateTest, MarkAcceptedRewritesTheEntryWhereItLies) {
 // let lookups miss it; rewriting it in place, none may.
 TEST_F(SteerUpdateTest, ALookupDuringMarkAcceptedFindsTheEntry) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "the race needs two CPUs";
-  auto port = XskPort::Open([] {
-    XskPortConfig cfg;
-    cfg.ifname = "lo";  // no program is attached there: nothing is redirected for real
-    cfg.frame_count = 256;
-    cfg.ring_size = 64;
-    return cfg;
-  }());
+  auto port = XskPort::Open(SmallPortOnLo());
   ASSERT_TRUE(port) << port.error().message();
   ASSERT_TRUE(prog_->BindQueue(0, (*port)->fd()));
   const auto pair = TwoFlowsInOneBucket();
@@ -195,14 +183,10 @@ TEST_F(SteerUpdateTest, ALookupDuringMarkAcceptedFindsTheEntry) {
   uint64_t runs = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (std::chrono::steady_clock::now() < until) {
-    std::vector<uint8_t> data = ack;
-    bpf_test_run_opts opts{};
-    opts.sz = sizeof(opts);
-    opts.data_in = data.data();
-    opts.data_size_in = static_cast<__u32>(data.size());
-    opts.repeat = 10000;
-    ASSERT_EQ(bpf_prog_test_run_opts(prog_->prog_fd(), &opts), 0) << strerror(errno);
-    runs += opts.repeat;
+    constexpr uint32_t kRepeat = 10000;
+    const int ran = RunFrame(prog_->prog_fd(), ack, kRepeat);
+    ASSERT_GE(ran, 0) << strerror(-ran);
+    runs += kRepeat;
   }
   done = true;
   marker.join();
@@ -215,6 +199,75 @@ TEST_F(SteerUpdateTest, ALookupDuringMarkAcceptedFindsTheEntry) {
   EXPECT_EQ(moved(SteerReason::kPassUnknownFlow), 0u)
       << "lookups that missed the entry, of " << runs << ", during " << marks.load() << " marks";
   EXPECT_EQ(moved(SteerReason::kRedirectFlow), runs);
+}
+
+// A client's SYN on its 4-tuple's lingering entry, at the moment that entry's removal comes due
+// (the client reuses its port just as the old connection's linger ends, which at ~30,000
+// connections per second happens about once a second). The removal must either see the SYN's
+// stamp and leave the entry (or put it back), or come first, and the SYN then enters the flow
+// anew: either way the new connection has its entry. The program once wrote the new stamp into
+// the element where it lay; a removal that had just read the old stamp and unlinked the element
+// lost that write, and with it the entry.
+TEST_F(SteerUpdateTest, ASynAtTheRemovalOfItsLingeringEntryLeavesAnEntry) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "the race needs two CPUs";
+  // Room in the client budget: a SYN that comes between the removal's delete and its giving the
+  // slot back would otherwise find the budget spent.
+  Load(64);
+  auto port = XskPort::Open(SmallPortOnLo());
+  ASSERT_TRUE(port) << port.error().message();
+  ASSERT_TRUE(prog_->BindQueue(0, (*port)->fd()));
+  constexpr uint16_t kPort = 41000;
+  const FlowTuple flow = ClientTuple(kPort);
+  const std::vector<uint8_t> syn =
+      Packet().Eth().IPv4(kClient, kListen).Tcp(kPort, kListenPort, kSyn).Build();
+  ASSERT_EQ(RunFrame(prog_->prog_fd(), syn), XDP_REDIRECT);
+  constexpr uint64_t kOldStamp = 1;  // the old connection's accept, long ago
+
+  // Rounds until either bound: on a loaded machine each handover may wait for a time slice.
+  constexpr uint32_t kRounds = 100000;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  constexpr uint32_t kStop = ~0u;
+  std::atomic<uint32_t> go{0}, removed{0};
+  std::thread removal([&] {
+    for (uint32_t seen = 0;;) {
+      uint32_t round;
+      while ((round = go.load(std::memory_order_acquire)) == seen) std::this_thread::yield();
+      if (round == kStop) return;
+      (void)prog_->RemoveFlowStampedBy(flow, kOldStamp);
+      removed.store(round, std::memory_order_release);
+      seen = round;
+    }
+  });
+  uint32_t rounds = 0, lost = 0, refused = 0;
+  while (rounds < kRounds && std::chrono::steady_clock::now() < until) {
+    const uint32_t i = ++rounds;
+    // The entry lingers: the old connection's, accepted long ago.
+    if (!prog_->MarkAccepted(flow, 0, kRule, kOldStamp)) {
+      ++refused;
+      break;
+    }
+    go.store(i, std::memory_order_release);
+    // Starts the SYN a little later each round, so that it sweeps across the removal's moments.
+    for (uint32_t spin = 0; spin < (i % 64) * 8; ++spin) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // keeps the loop
+    }
+    const int ran = RunFrame(prog_->prog_fd(), syn);
+    while (removed.load(std::memory_order_acquire) != i) std::this_thread::yield();
+    if (ran != XDP_REDIRECT) {
+      ++refused;
+      break;
+    }
+    if (!prog_->LookupFlow(flow).has_value()) {
+      ++lost;
+      if (RunFrame(prog_->prog_fd(), syn) != XDP_REDIRECT) break;  // for the next round
+    }
+  }
+  go.store(kStop, std::memory_order_release);
+  removal.join();
+  EXPECT_EQ(refused, 0u) << "a mark or a SYN failed";
+  EXPECT_GT(rounds, 100u);
+  EXPECT_EQ(lost, 0u) << "SYNs whose 4-tuple was left without an entry, of " << rounds;
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u) << "the client budget's count went astray";
 }
 
 }  // namespace
