@@ -4,6 +4,7 @@ in the same run), the chart, and --publish into docs/benchmarks.md. No measuring
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -452,28 +453,48 @@ def publish(table, png, meta):
 
 
 def loss_table(results, percents, target, fast="xdpfwd-xdp", kernel="xdpfwd-kernel"):
-    """bench/loss.py's rows as Markdown: per loss level, each path's time, the ratio and the
-    verdict against `target` (fast path time / kernel path time); and whether
-    a transfer failed (not finished in time, bytes or hashes wrong), which fails the run. A
-    missed target does not, as for bench/run's other targets."""
-    def cell(r):
-        if "error" in r:
-            return f"FAILED ({r['error']})"
-        return f"{r['seconds']:.2f} s (up {r['upload_s']:.2f} / down {r['download_s']:.2f})"
-
-    lines = [f"| loss | kernel path | fast path | ratio | target ≤ {target}x |", "|---|---|---|---|---|"]
+    """bench/loss.py's rounds ({config: [[row per level] per round]}) as Markdown: per loss
+    level, each path's median time over the rounds (with the range and the median upload and
+    download), each round's ratio (fast path time / kernel path time: a round's two rows ran
+    minutes apart at most, so they are compared with each other), the median of those ratios
+    and the verdict on it against `target`; and whether a transfer failed in any round (not
+    finished in time, bytes or hashes wrong), which fails the run. A missed target does not, as
+    for bench/run's other targets."""
     fr, kr = results.get(fast, []), results.get(kernel, [])
+    rounds = max(len(fr), len(kr))
+
+    def row(rs, r, i):
+        return rs[r][i] if r < len(rs) and i < len(rs[r]) else {"error": "not measured"}
+
+    def cell(rows):
+        s = sorted(x["seconds"] for x in rows)
+        spread = f"{s[0]:.2f}-{s[-1]:.2f}; " if len(s) > 1 else ""
+        up = statistics.median(x["upload_s"] for x in rows)
+        down = statistics.median(x["download_s"] for x in rows)
+        return f"{statistics.median(s):.2f} s ({spread}up {up:.2f} / down {down:.2f})"
+
+    lines = [f"| loss | kernel path | fast path | ratio per round | median ratio | "
+             f"target ≤ {target}x |", "|---|---|---|---|---|---|"]
     failed = False
     for i, percent in enumerate(percents):
-        f = fr[i] if i < len(fr) else {"error": "not measured"}
-        k = kr[i] if i < len(kr) else {"error": "not measured"}
-        if "error" in f or "error" in k:
-            ratio, verdict = "-", "**FAILED**"
+        ks = [row(kr, r, i) for r in range(rounds)]
+        fs = [row(fr, r, i) for r in range(rounds)]
+        errors = [f"round {r + 1} {name}: {x['error']}" for r in range(rounds)
+                  for name, x in (("kernel path", ks[r]), ("fast path", fs[r])) if "error" in x]
+        if errors or not rounds:
             failed = True
-        else:
-            ratio = f"{f['seconds'] / k['seconds']:.2f}x"
-            verdict = ("met" if f["seconds"] <= target * k["seconds"] else "**missed**")
-            if percent == 0:  # the target is for loss; without it the row is the reference
-                verdict = "(reference)"
-        lines.append(f"| {percent}% | {cell(k)} | {cell(f)} | {ratio} | {verdict} |")
+            why = "; ".join(errors) or "not measured"
+            lines.append(f"| {percent}% | FAILED ({why}) | | - | - | **FAILED** |")
+            continue
+        ratios = [f["seconds"] / k["seconds"] for f, k in zip(fs, ks)]
+        median = statistics.median(ratios)
+        verdict = "met" if median <= target else "**missed**"
+        if percent == 0:  # the target is for loss; without it the row is the reference
+            verdict = "(reference)"
+        lines.append(f"| {percent}% | {cell(ks)} | {cell(fs)} | "
+                     f"{', '.join(f'{x:.2f}x' for x in ratios)} | {median:.2f}x | {verdict} |")
+    lines.append(f"\n{rounds} round{'s' if rounds != 1 else ''}, each both paths at every level "
+                 "(one forwarder start per path and round); times are medians over the rounds "
+                 "(range; median upload / download), the target is judged on the median of the "
+                 "rounds' ratios.")
     return "\n".join(lines) + "\n", failed

@@ -2,11 +2,14 @@
 // every configuration must have produced every number: throughput and latency, the connection
 // rate in both close orders with its failures and the forwarder's CPU (the fast path's worker
 // busy time), and idle connections all held and proven; every configuration on ports of its own.
-// Its own namespaces, interface names and subnets, so it cannot meet another run's.
+// And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
+// rounds' ratios. Each run has its own namespaces, interface names and subnets, so it cannot meet
+// another run's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -36,6 +39,24 @@ std::vector<std::string> RowsFor(const std::string& table, const std::string& la
     if (line.rfind("| " + label + " |", 0) == 0) rows.push_back(line);
   }
   return rows;
+}
+
+// A table row's cells, without the outer bars.
+std::vector<std::string> Cells(const std::string& row) {
+  std::vector<std::string> cells;
+  for (size_t begin = 2; begin < row.size();) {
+    const size_t end = row.find(" |", begin);
+    if (end == std::string::npos) break;
+    cells.push_back(row.substr(begin, end - begin));
+    begin = end + 3;
+  }
+  return cells;
+}
+
+size_t Count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 // A table row's last cell.
@@ -101,6 +122,72 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     // The fast path's CPU per connection is its worker's busy time, never wall time.
     if (label == "xdpfwd --path xdp") {
       EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];
+    }
+  }
+  std::filesystem::remove_all(out);
+}
+
+// The loss rows in two rounds of a small transfer: each level shows both rounds' ratios and their
+// median, each round's rows and forwarder logs are kept apart, and a round count whose rows would
+// run out of ports of their own is refused before anything starts.
+TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
+  if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("xdpfwd-loss-" + std::to_string(getpid()));
+  std::filesystem::remove_all(out);
+  const std::string prefix = "xl" + std::to_string(getpid() % 100000);
+  // 198.18.150-199: the quick run above keeps to 100-149.
+  const std::string net = std::to_string(150 + getpid() % 50);
+  const std::vector<std::string> common = {
+      BENCH_RUNNER,   "--loss-only",   "--prefix",     prefix,
+      "--client-net", "198.18." + net, "--server-net", "198.19." + net,
+      "--xdpfwd",     XDPFWD_BINARY,   "--lossy",      LOSSY_BINARY,
+      "--out",        out.string(),    "--loss-mib",   "4"};
+  for (const char* rounds : {"0", "17"}) {
+    std::vector<std::string> argv = common;
+    argv.insert(argv.end(), {"--loss-rounds", rounds});
+    ChildProcess refused(argv);
+    const auto code = refused.Wait(30s);
+    ASSERT_TRUE(code.has_value());
+    EXPECT_NE(*code, 0) << "--loss-rounds " << rounds << " was taken:\n" << refused.output();
+    EXPECT_NE(refused.output().find("--loss-rounds must be 1 to 16"), std::string::npos)
+        << refused.output();
+    EXPECT_FALSE(std::filesystem::exists(out / "results.md")) << "it ran with " << rounds;
+  }
+  std::vector<std::string> argv = common;
+  argv.insert(argv.end(), {"--loss-rounds", "2"});
+  ChildProcess run(argv);
+  const auto code = run.Wait(180s);
+  ASSERT_TRUE(code.has_value()) << "4 MiB loss rows in 2 rounds took over 3 minutes:\n"
+                                << run.output();
+  EXPECT_EQ(*code, 0) << run.output();
+  const std::string table = ReadFile(out / "results.md");
+  ASSERT_NE(table.find("## Loss"), std::string::npos) << "no loss table:\n" << run.output();
+  for (const std::string level : {"0%", "1%", "3%"}) {
+    const auto rows = RowsFor(table, level);
+    ASSERT_EQ(rows.size(), 1u) << level << " missing:\n" << table;
+    const auto cells = Cells(rows[0]);
+    ASSERT_EQ(cells.size(), 6u) << rows[0];
+    EXPECT_EQ(rows[0].find("FAILED"), std::string::npos) << rows[0];
+    // Two rounds' ratios, then their median: between the two, as a median of two is.
+    double first = 0, second = 0, median = 0;
+    ASSERT_EQ(std::sscanf(cells[3].c_str(), "%lfx, %lfx", &first, &second), 2) << rows[0];
+    ASSERT_EQ(std::sscanf(cells[4].c_str(), "%lfx", &median), 1) << rows[0];
+    EXPECT_NEAR(median, (first + second) / 2, 0.011) << rows[0];
+    EXPECT_EQ(cells[5] == "(reference)", level == "0%") << rows[0];
+  }
+  EXPECT_NE(table.find("2 rounds"), std::string::npos) << table;
+  // Every row of both rounds on both paths is in results.json, and each round kept its own logs.
+  const std::string json = ReadFile(out / "results.json");
+  EXPECT_EQ(Count(json, "\"upload_s\""), 2u * 2u * 3u) << json;
+  EXPECT_EQ(Count(json, "\"loss_rounds\": 2"), 1u) << json;
+  for (const char* round : {"round1", "round2"}) {
+    for (const char* path : {"xdpfwd-kernel", "xdpfwd-xdp"}) {
+      EXPECT_TRUE(std::filesystem::exists(out / "loss" / round / (std::string(path) + ".log")))
+          << round << " " << path;
+      EXPECT_TRUE(
+          std::filesystem::exists(out / "loss" / round / (std::string(path) + "-loss3.json")))
+          << round << " " << path;
     }
   }
   std::filesystem::remove_all(out);
