@@ -100,6 +100,9 @@ struct QueueRx {
   X(tx_socket_full, "tx_socket_full")       /* not queued, batch full of deferred: lwIP resends */ \
   X(tx_singles_af_xdp, "tx_singles_af_xdp") /* batches without GSO: through AF_XDP */              \
   X(tx_singles_kept_to_packet, "tx_singles_kept_to_packet") /* their flow sent that way lately */  \
+  X(tx_refused_flows_retried, "tx_refused_flows_retried") /* tx_socket_full's flows, sent again */ \
+  X(tx_refused_walks, "tx_refused_walks") /* ...by a walk of every pcb: too many flows */          \
+  X(tx_refused_retry_ns, "tx_refused_retry_ns")                                                    \
   X(next_hops, "next_hops")                                                                        \
   X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                            \
   X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                          \

@@ -141,6 +141,9 @@ void WorkerProcess::Publish() {
     s.tx_socket_full += ns.packet_tx.full;
     s.tx_singles_af_xdp += ns.tx_singles_af_xdp;
     s.tx_singles_kept_to_packet += ns.tx_singles_kept_to_packet;
+    s.tx_refused_flows_retried += ns.tx_refused_flows_retried;
+    s.tx_refused_walks += ns.tx_refused_walks;
+    s.tx_refused_retry_ns += ns.tx_refused_retry_ns;
     s.rx_copied += ns.rx_copied;
     s.rx_copy_no_pool += ns.rx_copy_no_pool;
     s.next_hops += n->next_hops().size();

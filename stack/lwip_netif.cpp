@@ -87,6 +87,7 @@ struct LwipNetifCallbacks {
       uint8_t eth[SIZEOF_ETH_HDR];
       WriteEthernetHeader(eth, *mac, c.mac);
       if (!self->packet_tx_->Queue(eth, p)) {
+        self->NoteRefused(p);
         return ERR_MEM;  // refused packets fill the batch: lwIP keeps the segment for later
       }
       ++self->stats_.tx_frames;
@@ -131,7 +132,13 @@ LwipNetif::LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& 
       port_(*ports.front()),
       config_(config),
       netif_(std::make_unique<struct netif>()),
-      next_hops_(config.ifindex) {}
+      next_hops_(config.ifindex) {
+  // Noting and retrying refused flows allocates nothing on the worker: the two lists swap.
+  refused_.reserve(kMaxRefusedFlows);
+  retrying_.reserve(kMaxRefusedFlows);
+  noted_.resize(kNotedSlots);
+  noted_round_.resize(kNotedSlots);
+}
 
 LwipNetif::~LwipNetif() {
   for (auto& alias : aliases_) netif_remove(alias.get());
@@ -185,14 +192,65 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   return self;
 }
 
+void LwipNetif::NoteRefused(const pbuf* p) {
+  if (refused_overflow_) return;
+  const auto* ip = static_cast<const uint8_t*>(p->payload);
+  const uint32_t ihl = p->len >= 1 ? (ip[0] & 0x0fu) * 4 : 0;
+  if (ihl < 20 || p->len < ihl + 4 || ip[9] != IPPROTO_TCP) return;  // lwIP sends TCP only
+  RefusedFlow f{};
+  std::memcpy(&f.local_ip, ip + 12, 4);
+  std::memcpy(&f.remote_ip, ip + 16, 4);
+  f.local_port = static_cast<uint16_t>(ip[ihl] << 8 | ip[ihl + 1]);
+  f.remote_port = static_cast<uint16_t>(ip[ihl + 2] << 8 | ip[ihl + 3]);
+  uint32_t h = (f.local_ip ^ (f.remote_ip * 0x9e3779b1u)) +
+               (static_cast<uint32_t>(f.local_port) << 16 | f.remote_port);
+  h = (h ^ (h >> 15)) * 0x2c1b3c6du;
+  const size_t slot = (h ^ (h >> 12)) & (kNotedSlots - 1);
+  if (noted_round_[slot] == refused_round_ && noted_[slot] == f) return;  // noted already
+  noted_[slot] = f;
+  noted_round_[slot] = refused_round_;
+  if (refused_.size() == kMaxRefusedFlows) {
+    refused_overflow_ = true;
+    return;
+  }
+  refused_.push_back(f);
+}
+
+void LwipNetif::RetryRefused() {
+  const uint64_t start_ns = MonotonicNs();
+  // tcp_output may be refused again and note flows meanwhile: retry a copy, note afresh.
+  std::swap(refused_, retrying_);
+  refused_.clear();
+  const bool walk = refused_overflow_;
+  refused_overflow_ = false;
+  ++refused_round_;  // every slot of noted_ is stale now
+  if (walk) {
+    tcp_txnow();  // every active pcb with TF_NAGLEMEMERR
+    ++stats_.tx_refused_walks;
+  } else {
+    for (const RefusedFlow& f : retrying_) {
+      ip_addr_t local, remote;
+      ip_addr_set_ip4_u32(&local, f.local_ip);
+      ip_addr_set_ip4_u32(&remote, f.remote_ip);
+      tcp_pcb* pcb = tcp_pcb_hash_lookup(0, &local, f.local_port, &remote, f.remote_port);
+      // Gone meanwhile, or sent already (an ACK came and lwIP sent it): nothing to do.
+      if (pcb == nullptr || !(pcb->flags & TF_NAGLEMEMERR)) continue;
+      ++stats_.tx_refused_flows_retried;
+      tcp_output(pcb);
+    }
+  }
+  retrying_.clear();
+  stats_.tx_refused_retry_ns += MonotonicNs() - start_ns;
+}
+
 void LwipNetif::FlushTx() {
   if (!packet_tx_) return;
   // Segments refused while the batch was full of deferred packets (Output's ERR_MEM) wait in
   // lwIP with TF_NAGLEMEMERR; a pcb with nothing else in flight would wait for good, so once
-  // the batch has room again every such pcb sends (a walk of the active pcbs, only then).
+  // the batch has room again every such pcb sends.
   if (packet_tx_->stats().full != full_seen_ && !packet_tx_->deferring()) {
     full_seen_ = packet_tx_->stats().full;
-    tcp_txnow();
+    RetryRefused();
   }
   if (packet_tx_->batch().empty()) return;
   TxBatch& b = packet_tx_->batch();

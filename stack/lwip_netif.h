@@ -69,6 +69,13 @@ struct NetifStats {
   // Packets of batches that would have gone through the port but went through the packet
   // socket, because one of their flows had sent that way lately (PacketPathFlows).
   uint64_t tx_singles_kept_to_packet = 0;
+  // What Output refused while the batch was full (PacketTxStats::full), sent again by FlushTx
+  // once the batch had room: the flows it asked lwIP to send again, one by one; the times it
+  // had to walk every active pcb instead (more than kMaxRefusedFlows flows refused), and the
+  // time all of that took.
+  uint64_t tx_refused_flows_retried = 0;
+  uint64_t tx_refused_walks = 0;
+  uint64_t tx_refused_retry_ns = 0;
 };
 
 class LwipNetif {
@@ -114,6 +121,7 @@ class LwipNetif {
   // Replaces the packet socket (with LwipNetifConfig::packet_tx) by one whose sendmmsg is a
   // script (PacketTx::ForTest): for the tests of what happens to refused packets.
   void ReplacePacketTxForTest(std::unique_ptr<PacketTx> tx) { packet_tx_ = std::move(tx); }
+  static constexpr size_t max_refused_flows() { return kMaxRefusedFlows; }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return next_hops_; }
 
@@ -129,6 +137,11 @@ class LwipNetif {
   int8_t OutputChain(pbuf* p, const MacAddress& next_hop);  // lwIP's err_t
   // One received packet, its frames in order, into lwIP (or back to the port, if not for it).
   void Input(size_t port_index, const RxFrame* frames, uint32_t count);
+  // Output's packet `p` was refused while the batch was full: its flow's pcb waits with
+  // TF_NAGLEMEMERR until someone calls tcp_output on it. Noted here, once per flow.
+  void NoteRefused(const pbuf* p);
+  // Has lwIP send again what the noted flows' pcbs hold (FlushTx, once the batch has room).
+  void RetryRefused();
 
   std::vector<XskPort*> ports_;
   XskPort& port_;  // ports_[0], the TX port
@@ -142,6 +155,24 @@ class LwipNetif {
   NetifStats stats_;
   std::unique_ptr<PacketTx> packet_tx_;
   uint64_t full_seen_ = 0;  // packet_tx_'s stats().full at the last FlushTx
+  // The flows of packets Output refused since the last retry, by their 4-tuple: RetryRefused
+  // finds each pcb in lwIP's hash (patch 0001) instead of walking every active pcb
+  // (tcp_txnow), which with 200,000 pcbs took 1.6-1.8 ms per walk on average, on the worker
+  // (docs/stack.md). Past kMaxRefusedFlows, the walk.
+  struct RefusedFlow {
+    uint32_t local_ip, remote_ip;      // network order
+    uint16_t local_port, remote_port;  // host order
+    bool operator==(const RefusedFlow&) const = default;
+  };
+  static constexpr size_t kMaxRefusedFlows = 4096;
+  std::vector<RefusedFlow> refused_, retrying_;
+  bool refused_overflow_ = false;
+  // The flows noted since the last retry, by a hash of the 4-tuple (a slot taken by another
+  // flow is overwritten: that flow may be noted twice, which costs one more lookup).
+  static constexpr size_t kNotedSlots = 4096;
+  std::vector<RefusedFlow> noted_;
+  std::vector<uint32_t> noted_round_;  // the retry round in which the slot was written
+  uint32_t refused_round_ = 1;
   PacketPathFlows packet_flows_;
   WorkerHandoff* handoff_ = nullptr;
   uint16_t tag_ = 0;

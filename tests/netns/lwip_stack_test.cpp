@@ -424,6 +424,89 @@ TEST_F(LwipStackTest, DrainSendsWhatThePacketSocketRefused) {
   EXPECT_FALSE(server_side.netif->tx_deferred());
 }
 
+// Segments lwIP hands over while the packet socket's batch is full of packets the kernel
+// refused are refused in turn (Output's ERR_MEM: lwIP keeps them, the pcb marked
+// TF_NAGLEMEMERR) and must leave once the batch has room: nothing else would send a segment
+// with nothing in flight behind it. The netif has exactly those flows send again, each found by
+// its 4-tuple, instead of walking every active pcb (with 200,000 pcbs a walk took 1-2 ms of the
+// worker); with more refused flows than it keeps count of, it walks, once. The kernel is a
+// script that refuses until told otherwise; the segments are SYNs, never sent for real.
+class RefusedFlowsTest : public LwipStackTest, public ::testing::WithParamInterface<size_t> {};
+
+TEST_P(RefusedFlowsTest, AreSentAgainOnceTheBatchHasRoom) {
+  const size_t refused_flows = GetParam();
+  Topology topo;
+  FastInterface server_side;
+  server_side.Open(topo.server_side_if(), topo.server_gw(), /*packet_tx=*/true);
+  if (HasFatalFailure()) return;
+  const auto ping = topo.Run("", "ping -c 1 -W 2 " + ToString(topo.server_addr()));
+  ASSERT_EQ(ping.status, 0) << ping.output;
+  bool refuse = true;
+  uint32_t accepted = 0;
+  server_side.netif->ReplacePacketTxForTest(PacketTx::ForTest(
+      [&](mmsghdr*, unsigned count) {
+        if (refuse) {
+          errno = ENOBUFS;
+          return -1;
+        }
+        accepted += count;
+        return static_cast<int>(count);
+      },
+      topo.server_side_if()));
+  Worker worker(-1);
+  worker.Add(server_side.netif.get());
+  ip_addr_t local, remote;
+  ip_addr_set_ip4_u32(&local, topo.server_gw().s_addr);
+  ip_addr_set_ip4_u32(&remote, topo.server_addr().s_addr);
+  std::vector<tcp_pcb*> pcbs;
+  auto connect = [&] {
+    tcp_pcb* pcb = tcp_new();
+    ASSERT_NE(pcb, nullptr);
+    pcbs.push_back(pcb);
+    ASSERT_EQ(tcp_bind(pcb, &local, 0), ERR_OK);
+    ASSERT_EQ(tcp_connect(pcb, &remote, 9, nullptr), ERR_OK);
+  };
+  // The first SYN, until it waits in the batch (the next hop known by then), then more until
+  // `refused_flows` of them found the batch full.
+  connect();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!server_side.netif->tx_deferred() && std::chrono::steady_clock::now() < deadline) {
+    worker.RunOnce();
+  }
+  ASSERT_TRUE(server_side.netif->tx_deferred()) << server_side.Describe();
+  const uint64_t full_before = server_side.netif->stats().packet_tx.full;
+  while (server_side.netif->stats().packet_tx.full - full_before < refused_flows) {
+    connect();
+    if (HasFatalFailure()) return;
+    ASSERT_LT(pcbs.size(), refused_flows + 2 * TxBatch::kMaxPackets) << "the batch never filled";
+  }
+  size_t waiting = 0;
+  for (tcp_pcb* pcb : pcbs) waiting += pcb->unsent != nullptr;
+  EXPECT_EQ(waiting, refused_flows) << "SYNs lwIP still holds";
+
+  refuse = false;
+  for (int i = 0; i < 4; ++i) worker.RunOnce();  // the batch goes, then the refused flows send
+  waiting = 0;
+  for (tcp_pcb* pcb : pcbs) waiting += pcb->unsent != nullptr;
+  EXPECT_EQ(waiting, 0u) << "refused SYNs never sent";
+  EXPECT_EQ(accepted, pcbs.size());
+  const NetifStats n = server_side.netif->stats();
+  if (refused_flows <= LwipNetif::max_refused_flows()) {
+    EXPECT_EQ(n.tx_refused_flows_retried, refused_flows);
+    EXPECT_EQ(n.tx_refused_walks, 0u);
+  } else {
+    EXPECT_EQ(n.tx_refused_flows_retried, 0u);
+    EXPECT_EQ(n.tx_refused_walks, 1u);
+  }
+  for (tcp_pcb* pcb : pcbs) tcp_abort(pcb);
+  for (int i = 0; i < 4 && server_side.netif->tx_deferred(); ++i) worker.RunOnce();
+  server_side.netif->FlushTx();  // the RSTs, so that the batch lets go of every pbuf
+  EXPECT_FALSE(server_side.netif->tx_deferred());
+}
+
+INSTANTIATE_TEST_SUITE_P(Flows, RefusedFlowsTest,
+                         ::testing::Values(size_t{40}, LwipNetif::max_refused_flows() + 10));
+
 // With --tx-small acks a receiver's run of bare ACKs goes through the packet socket, and that
 // flow's next segments follow it there for PacketPathFlows::kHoldNs, though a batch of single
 // segments would take the AF_XDP port: a veth peer with threaded NAPI receives the socket's
