@@ -540,15 +540,52 @@ Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, 
   return {};
 }
 
+namespace {
+
+bool IsStray(const steer_flow& v, uint64_t created_before_ns) {
+  return v.origin == STEER_FLOW_FROM_SYN && (v.flags & STEER_FLOW_ACCEPTED) == 0 &&
+         v.created_ns < created_before_ns;
+}
+
+}  // namespace
+
 size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
   const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
   std::vector<steer_flow_key> strays;
   ForEachFlow(fd, [&](const steer_flow_key& k, const steer_flow& v) {
-    if (v.origin == STEER_FLOW_FROM_SYN && (v.flags & STEER_FLOW_ACCEPTED) == 0 &&
-        v.created_ns < created_before_ns) {
-      strays.push_back(k);
-    }
+    if (IsStray(v, created_before_ns)) strays.push_back(k);
   });
+  return RemoveStrays(strays, created_before_ns);
+}
+
+SteerProgram::ReapSlice SteerProgram::ReapStrayFlowsSlice(uint64_t created_before_ns,
+                                                          uint32_t max_entries) {
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
+  std::vector<steer_flow_key> keys(max_entries);
+  std::vector<steer_flow> values(max_entries);
+  uint32_t n = max_entries;
+  const int r = bpf_map_lookup_batch(fd, reap_in_pass_ ? reap_token_ : nullptr, reap_token_,
+                                     keys.data(), values.data(), &n, nullptr);
+  const int err = r == 0 ? 0 : errno;
+  ReapSlice slice;
+  if (r != 0 && err != ENOENT) {  // not expected: this pass ends, the next starts over
+    reap_in_pass_ = false;
+    slice.pass_done = true;
+    return slice;
+  }
+  std::vector<steer_flow_key> strays;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (IsStray(values[i], created_before_ns)) strays.push_back(keys[i]);
+  }
+  slice.reaped = RemoveStrays(strays, created_before_ns);
+  slice.pass_done = err == ENOENT;
+  reap_in_pass_ = !slice.pass_done;
+  return slice;
+}
+
+size_t SteerProgram::RemoveStrays(const std::vector<steer_flow_key>& strays,
+                                  uint64_t created_before_ns) {
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
   size_t reaped = 0;
   for (const steer_flow_key& k : strays) {
     steer_flow v{};

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "os/result.h"
 #include "xdp/flow_table.h"
@@ -101,6 +102,14 @@ class SteerProgram final : public FlowTable {
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
   // giving their slots back to the client budget. Batched map reads; for a control thread.
   size_t ReapStrayFlows(uint64_t created_before_ns);
+  // The same over at most `max_entries` entries of the map, from where the last slice stopped:
+  // a pass over a large map in slices, so that no one call holds a CPU for long. `pass_done`:
+  // this slice reached the end of the map (the next one starts a new pass).
+  struct ReapSlice {
+    size_t reaped = 0;
+    bool pass_done = false;
+  };
+  ReapSlice ReapStrayFlowsSlice(uint64_t created_before_ns, uint32_t max_entries);
   // Removes every flow `owner` serves (a worker that died: its connections are gone with its
   // lwIP); their packets then reach the kernel, which resets them. For a control thread.
   size_t RemoveFlowsOwnedBy(uint32_t owner);
@@ -122,6 +131,9 @@ class SteerProgram final : public FlowTable {
   struct Skeleton;
   SteerProgram() = default;
 
+  // Deletes each of `strays` that is still a stray when deleted (see ReapStrayFlows).
+  size_t RemoveStrays(const std::vector<steer_flow_key>& strays, uint64_t created_before_ns);
+
   std::unique_ptr<Skeleton> skel_;
   std::string ifname_;
   int ifindex_ = 0;
@@ -130,6 +142,9 @@ class SteerProgram final : public FlowTable {
   std::string why_generic_;
   uint32_t prog_id_ = 0;
   bool attached_ = false;
+  // ReapStrayFlowsSlice's place in the map (the hash map's batch cursor: a bucket index).
+  alignas(8) unsigned char reap_token_[16] = {};
+  bool reap_in_pass_ = false;
 };
 
 // What is attached to an interface, as `xdpfwd-xdp status` shows it.

@@ -117,6 +117,41 @@ TEST_F(SteerFixtureTest, SynOnALingeringFlowMakesItNew) {
   EXPECT_EQ(prog_->ReapStrayFlows(after_syn->created_ns + 1), 1u);
 }
 
+// The reaper's walk in slices (the control thread's, a slice per 100 ms round): every stray is
+// found within one pass however small the slices, an accepted flow and one created after the
+// cut are left, and the pass ends at the map's end.
+TEST_F(SteerFixtureTest, StraysAreReapedInSlices) {
+  BindSocket();
+  constexpr uint16_t kStrays = 20;
+  for (uint16_t i = 0; i < kStrays; ++i) {
+    Expect(Syn(static_cast<uint16_t>(41000 + i)), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  }
+  const FlowTuple accepted{Ip(kClient), Ip(kListen), 41100, kListenPort};
+  Expect(Syn(41100), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  ASSERT_TRUE(prog_->MarkAccepted(accepted, 0, 7, MonotonicNs()));
+  const uint64_t cut = MonotonicNs();
+  const FlowTuple young{Ip(kClient), Ip(kListen), 41101, kListenPort};
+  Expect(Syn(41101), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  ASSERT_EQ(prog_->ClientFlowCount(), kStrays + 2u);
+
+  size_t reaped = 0, slices = 0;
+  for (bool done = false; !done && slices < 100; ++slices) {
+    const auto slice = prog_->ReapStrayFlowsSlice(cut, 4);
+    reaped += slice.reaped;
+    done = slice.pass_done;
+  }
+  EXPECT_EQ(reaped, kStrays);
+  EXPECT_GE(slices, 5u) << "22 entries in slices of 4 took fewer than 5 slices";
+  EXPECT_LT(slices, 100u) << "the pass never ended";
+  EXPECT_EQ(prog_->ClientFlowCount(), 2u);
+  EXPECT_TRUE(prog_->LookupFlow(accepted).has_value());
+  EXPECT_TRUE(prog_->LookupFlow(young).has_value());
+  // The next pass starts over and finds nothing more.
+  const auto again = prog_->ReapStrayFlowsSlice(cut, 4096);
+  EXPECT_EQ(again.reaped, 0u);
+  EXPECT_TRUE(again.pass_done);
+}
+
 // The ledger's removal at a connection's close: an entry stamped after the connection's accept
 // (the client's next SYN on the 4-tuple) stays; one stamped no later goes, and gives its slot in
 // the client budget back. (The race it also covers, a SYN between its lookup and its delete,
