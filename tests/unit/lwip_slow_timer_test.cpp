@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -172,10 +173,11 @@ TEST_F(LwipSlowTimerTest, QuietPcbsLeaveTheSlotsUntilTheyHaveWork) {
   // interval, until its retransmission timer fires and the copy gets through.
   tcp_pcb* client = pcbs_[0];
   tcp_pcb* server = pcbs_[1];
-  bool lose = true;
-  wire_.SetFilter([&](const WirePacket& p) {
-    if (lose && p.tcp.src_port == client->local_port && p.tcp.payload_len > 0) {
-      lose = false;
+  // The filter outlives this body (TearDown pumps the aborts' RSTs): it owns what it reads.
+  auto lose = std::make_shared<bool>(true);
+  wire_.SetFilter([lose, port = client->local_port](const WirePacket& p) {
+    if (*lose && p.tcp.src_port == port && p.tcp.payload_len > 0) {
+      *lose = false;
       return WireVerdict::kDrop;
     }
     return WireVerdict::kDeliver;
@@ -190,7 +192,7 @@ TEST_F(LwipSlowTimerTest, QuietPcbsLeaveTheSlotsUntilTheyHaveWork) {
     for (const auto& [pcb, n] : visits_in(1)) visits[pcb] += n;
     ++intervals;
   }
-  EXPECT_FALSE(lose) << "the segment never reached the wire";
+  EXPECT_FALSE(*lose) << "the segment never reached the wire";
   EXPECT_EQ(client->unacked, nullptr) << "the lost segment was never resent";
   EXPECT_EQ(wire_.counters().timer_retransmitted, rexmits_before + 1);
   EXPECT_GE(visits[client], intervals) << "the sender was not visited every interval";
