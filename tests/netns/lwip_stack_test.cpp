@@ -370,6 +370,26 @@ TEST_F(LwipStackTest, LwipClientReachesAKernelServer) {
   server_side.ExpectEverythingReturned();
 }
 
+// The packet socket's kernel, replaced by a script: it refuses every sendmmsg (ENOBUFS, a veth
+// peer's full queue) while `refuse` is set, and takes what it is given after.
+struct ScriptedKernel {
+  bool refuse = true;
+  uint32_t refused = 0, accepted = 0;
+  void Replace(LwipNetif& netif, const std::string& ifname) {
+    netif.ReplacePacketTxForTest(PacketTx::ForTest(
+        [this](mmsghdr*, unsigned count) {
+          if (refuse) {
+            ++refused;
+            errno = ENOBUFS;
+            return -1;
+          }
+          accepted += count;
+          return static_cast<int>(count);
+        },
+        ifname));
+  }
+};
+
 // At a clean stop (Worker::Drain) the packets the kernel refused to the packet socket at the
 // last flush go out, as they would at the next iteration, instead of staying in the batch. The
 // kernel is replaced by a script: it refuses (ENOBUFS, a veth peer's full queue) until the
@@ -382,19 +402,8 @@ TEST_F(LwipStackTest, DrainSendsWhatThePacketSocketRefused) {
   // The kernel's neighbour table knows the server, so the netif's next-hop cache can.
   const auto ping = topo.Run("", "ping -c 1 -W 2 " + ToString(topo.server_addr()));
   ASSERT_EQ(ping.status, 0) << ping.output;
-  bool refuse = true;
-  uint32_t refused = 0, accepted = 0;
-  server_side.netif->ReplacePacketTxForTest(PacketTx::ForTest(
-      [&](mmsghdr*, unsigned count) {
-        if (refuse) {
-          ++refused;
-          errno = ENOBUFS;
-          return -1;
-        }
-        accepted += count;
-        return static_cast<int>(count);
-      },
-      topo.server_side_if()));
+  ScriptedKernel kernel;
+  kernel.Replace(*server_side.netif, topo.server_side_if());
 
   Worker worker(-1);
   worker.Add(server_side.netif.get());
@@ -412,13 +421,13 @@ TEST_F(LwipStackTest, DrainSendsWhatThePacketSocketRefused) {
     worker.RunOnce();
   }
   ASSERT_TRUE(server_side.netif->tx_deferred()) << server_side.Describe();
-  EXPECT_GE(refused, 1u);
-  EXPECT_EQ(accepted, 0u);
+  EXPECT_GE(kernel.refused, 1u);
+  EXPECT_EQ(kernel.accepted, 0u);
 
-  refuse = false;
+  kernel.refuse = false;
   worker.Drain();
   EXPECT_FALSE(server_side.netif->tx_deferred()) << "the refused SYN is still in the batch";
-  EXPECT_GE(accepted, 1u);
+  EXPECT_GE(kernel.accepted, 1u);
   tcp_abort(pcb);
   server_side.netif->FlushTx();  // the RST, so that the batch lets go of every pbuf
   EXPECT_FALSE(server_side.netif->tx_deferred());
@@ -441,18 +450,8 @@ TEST_P(RefusedFlowsTest, AreSentAgainOnceTheBatchHasRoom) {
   if (HasFatalFailure()) return;
   const auto ping = topo.Run("", "ping -c 1 -W 2 " + ToString(topo.server_addr()));
   ASSERT_EQ(ping.status, 0) << ping.output;
-  bool refuse = true;
-  uint32_t accepted = 0;
-  server_side.netif->ReplacePacketTxForTest(PacketTx::ForTest(
-      [&](mmsghdr*, unsigned count) {
-        if (refuse) {
-          errno = ENOBUFS;
-          return -1;
-        }
-        accepted += count;
-        return static_cast<int>(count);
-      },
-      topo.server_side_if()));
+  ScriptedKernel kernel;
+  kernel.Replace(*server_side.netif, topo.server_side_if());
   Worker worker(-1);
   worker.Add(server_side.netif.get());
   ip_addr_t local, remote;
@@ -484,12 +483,12 @@ TEST_P(RefusedFlowsTest, AreSentAgainOnceTheBatchHasRoom) {
   for (tcp_pcb* pcb : pcbs) waiting += pcb->unsent != nullptr;
   EXPECT_EQ(waiting, refused_flows) << "SYNs lwIP still holds";
 
-  refuse = false;
+  kernel.refuse = false;
   for (int i = 0; i < 4; ++i) worker.RunOnce();  // the batch goes, then the refused flows send
   waiting = 0;
   for (tcp_pcb* pcb : pcbs) waiting += pcb->unsent != nullptr;
   EXPECT_EQ(waiting, 0u) << "refused SYNs never sent";
-  EXPECT_EQ(accepted, pcbs.size());
+  EXPECT_EQ(kernel.accepted, pcbs.size());
   const NetifStats n = server_side.netif->stats();
   if (refused_flows <= LwipNetif::max_refused_flows()) {
     EXPECT_EQ(n.tx_refused_flows_retried, refused_flows);
