@@ -27,6 +27,34 @@
 
 namespace xdpfwd {
 
+// A walk over the flow map in batches (a few syscalls per 4096 entries, where walking key by
+// key costs two per entry), resumable: Next visits up to `max_entries` entries from where the
+// last call stopped and says whether it reached the end (the next call then starts over). The
+// map may change meanwhile: entries added or removed during a walk may or may not be seen, as
+// with any walk of a live hash map.
+class FlowWalk {
+ public:
+  template <typename Visit>
+  bool Next(int map_fd, uint32_t max_entries, Visit&& visit) {
+    keys_.resize(max_entries);
+    values_.resize(max_entries);
+    uint32_t n = max_entries;
+    const int r = bpf_map_lookup_batch(map_fd, in_pass_ ? token_ : nullptr, token_, keys_.data(),
+                                       values_.data(), &n, nullptr);
+    const int err = r == 0 ? 0 : errno;
+    if (r != 0 && err != ENOENT) n = 0;  // not expected: this pass just ends early
+    for (uint32_t i = 0; i < n; ++i) visit(keys_[i], values_[i]);
+    in_pass_ = r == 0;
+    return !in_pass_;
+  }
+
+ private:
+  std::vector<steer_flow_key> keys_;
+  std::vector<steer_flow> values_;
+  alignas(8) unsigned char token_[16] = {};  // the hash map's batch cursor (a bucket index)
+  bool in_pass_ = false;
+};
+
 // The C++ view of the shared structs must match what the BPF program was compiled with.
 static_assert(sizeof(steer_listener_key) == 8 && offsetof(steer_listener_key, port) == 4);
 static_assert(sizeof(steer_listener) == 4);
@@ -228,25 +256,11 @@ SteerCounters SumCounters(int map_fd) {
   return total;
 }
 
-// Visits every flow entry in batches (a few syscalls per 4096 entries, where walking key by
-// key costs two per entry). The map may change meanwhile: entries added or removed during the
-// walk may or may not be seen, as with any walk of a live hash map.
+// Visits every flow entry (one whole pass of a FlowWalk).
 template <typename Visit>
 void ForEachFlow(int map_fd, Visit&& visit) {
-  constexpr uint32_t kBatch = 4096;
-  std::vector<steer_flow_key> keys(kBatch);
-  std::vector<steer_flow> values(kBatch);
-  alignas(8) unsigned char token[16] = {};  // the hash map's batch cursor (a bucket index)
-  bool first = true;
-  for (;;) {
-    uint32_t n = kBatch;
-    const int r = bpf_map_lookup_batch(map_fd, first ? nullptr : token, token, keys.data(),
-                                       values.data(), &n, nullptr);
-    const int err = r == 0 ? 0 : errno;
-    if (r != 0 && err != ENOENT) return;  // not expected: the walk just ends early
-    for (uint32_t i = 0; i < n; ++i) visit(keys[i], values[i]);
-    if (err == ENOENT) return;  // that was the last batch
-    first = false;
+  FlowWalk walk;
+  while (!walk.Next(map_fd, 4096, visit)) {
   }
 }
 
@@ -561,25 +575,14 @@ size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
 SteerProgram::ReapSlice SteerProgram::ReapStrayFlowsSlice(uint64_t created_before_ns,
                                                           uint32_t max_entries) {
   const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
-  std::vector<steer_flow_key> keys(max_entries);
-  std::vector<steer_flow> values(max_entries);
-  uint32_t n = max_entries;
-  const int r = bpf_map_lookup_batch(fd, reap_in_pass_ ? reap_token_ : nullptr, reap_token_,
-                                     keys.data(), values.data(), &n, nullptr);
-  const int err = r == 0 ? 0 : errno;
-  ReapSlice slice;
-  if (r != 0 && err != ENOENT) {  // not expected: this pass ends, the next starts over
-    reap_in_pass_ = false;
-    slice.pass_done = true;
-    return slice;
-  }
   std::vector<steer_flow_key> strays;
-  for (uint32_t i = 0; i < n; ++i) {
-    if (IsStray(values[i], created_before_ns)) strays.push_back(keys[i]);
-  }
+  if (!reap_walk_) reap_walk_ = std::make_unique<FlowWalk>();
+  ReapSlice slice;
+  slice.pass_done =
+      reap_walk_->Next(fd, max_entries, [&](const steer_flow_key& k, const steer_flow& v) {
+        if (IsStray(v, created_before_ns)) strays.push_back(k);
+      });
   slice.reaped = RemoveStrays(strays, created_before_ns);
-  slice.pass_done = err == ENOENT;
-  reap_in_pass_ = !slice.pass_done;
   return slice;
 }
 

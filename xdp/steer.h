@@ -20,6 +20,8 @@
 
 namespace xdpfwd {
 
+class FlowWalk;  // steer.cpp: a resumable walk over the flow map in batches
+
 enum class SteerReason : uint32_t {
   kRedirectNewFlow = STEER_REDIRECT_NEW_FLOW,
   kRedirectFlow = STEER_REDIRECT_FLOW,
@@ -142,9 +144,8 @@ class SteerProgram final : public FlowTable {
   std::string why_generic_;
   uint32_t prog_id_ = 0;
   bool attached_ = false;
-  // ReapStrayFlowsSlice's place in the map (the hash map's batch cursor: a bucket index).
-  alignas(8) unsigned char reap_token_[16] = {};
-  bool reap_in_pass_ = false;
+  // ReapStrayFlowsSlice's place in the map.
+  std::unique_ptr<FlowWalk> reap_walk_;
 };
 
 // What is attached to an interface, as `xdpfwd-xdp status` shows it.
