@@ -28,6 +28,12 @@
 namespace xdpfwd {
 namespace {
 
+// A rule's [src=ADDR] replaces --backend-source for its backend legs.
+std::vector<in_addr> RuleSources(const Rule& rule, const FastPathConfig& config) {
+  if (rule.source.is_ipv4()) return {rule.source.ipv4().addr};
+  return config.backend_sources;
+}
+
 // The backend's next hop, resolved by the kernel now, on the starting thread: the first
 // connection's SYN then finds it in the kernel's table, where it would otherwise wait on the
 // worker for a resolution (NextHopCache::kRetryMs). Peers that send us a SYN or SYN-ACK are
@@ -239,15 +245,17 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
     auto backend_side = GetInterface(*impl, backend_if, source, route->gateway);
     if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
-    // --backend-source: each address must be the kernel's on the backend-side interface, so the
-    // kernel answers ARP for it; lwIP answers TCP on it.
-    for (in_addr extra : config.backend_sources) {
+    // --backend-source (or the rule's [src=ADDR]): each address must be the kernel's on the
+    // backend-side interface, so the kernel answers ARP for it; lwIP answers TCP on it.
+    const char* source_option = rule.source.is_ipv4() ? "[src=]" : "--backend-source";
+    for (in_addr extra : RuleSources(rule, config)) {
       auto holder = InterfaceWithAddress(extra);
       if (!holder || holder->second != backend_if) {
         return Error{{},
-                     what + ": --backend-source " + ToString(extra) + " is not an address of " +
-                         backend_if + " (the interface toward the backend); add it with: ip addr " +
-                         "add " + ToString(extra) + "/32 dev " + backend_if};
+                     what + ": " + source_option + " " + ToString(extra) +
+                         " is not an address of " + backend_if +
+                         " (the interface toward the backend); add it with: ip addr " + "add " +
+                         ToString(extra) + "/32 dev " + backend_if};
       }
       auto& aliases = (*backend_side)->aliases;
       if (extra.s_addr != source.s_addr &&
@@ -325,13 +333,15 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     rr.id = rule.id;
     rr.listen = rule.listen.ipv4();
     rr.backend = rule.backend.ipv4();
-    rr.backend_sources = config.backend_sources;
+    rr.access = rule.access;
+    rr.backend_sources = RuleSources(rule, config);
     if (rr.backend_sources.empty()) rr.backend_sources = {sides[k].backend->addr};
     rr.client_side = sides[k].client->steer.get();
     rr.backend_side = sides[k].backend->steer.get();
     if (auto r = sides[k].client->steer->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
       return r.error();
     }
+    impl->steered_listeners.push_back({sides[k].client->steer.get(), rr.listen});
     impl->relay_rules.push_back(rr);
   }
 
@@ -339,12 +349,25 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   impl->slots_bytes = (sizeof(WorkerSlot) * impl->workers + page - 1) / page * page;
   const size_t rings = WorkerHandoff::MemoryBytes(impl->workers);
-  auto shared = SharedMemory::Create("xdpfwd-workers", impl->slots_bytes + rings);
+  impl->handoff_bytes = (rings + page - 1) / page * page;
+  if (config.log_sessions) {
+    impl->session_ring_bytes =
+        (SessionRing::MemoryBytes(Impl::kSessionRecords) + page - 1) / page * page;
+  }
+  auto shared =
+      SharedMemory::Create("xdpfwd-workers", impl->slots_bytes + impl->handoff_bytes +
+                                                 impl->session_ring_bytes * impl->workers);
   if (!shared) return shared.error();
   impl->shared = std::move(*shared);
   for (uint32_t w = 0; w < impl->workers; ++w) new (&impl->Slot(w)) WorkerSlot{};
+  if (config.log_sessions) {
+    for (uint32_t w = 0; w < impl->workers; ++w) {
+      SessionRing::Format(impl->SessionRingMemory(w), Impl::kSessionRecords);
+      impl->session_rings.push_back(SessionRing::Attach(impl->SessionRingMemory(w)));
+    }
+  }
   if (rings != 0) {
-    if (auto r = WorkerHandoff::Format(impl->Rings(), impl->RingsBytes(), impl->workers); !r) {
+    if (auto r = WorkerHandoff::Format(impl->Rings(), rings, impl->workers); !r) {
       return r.error();
     }
   }
@@ -429,6 +452,28 @@ std::string FastPath::SteerCountersLine() const {
   return out.empty() ? "(no packets)" : out;
 }
 
+void FastPath::StopAccepting() {
+  if (!impl_ || impl_->stopped) return;
+  while (!impl_->steered_listeners.empty()) {
+    StopAccepting(impl_->steered_listeners.back().listen);
+  }
+}
+
+void FastPath::StopAccepting(const Endpoint& listen) {
+  if (!impl_ || impl_->stopped) return;
+  auto& all = impl_->steered_listeners;
+  for (auto it = all.begin(); it != all.end();) {
+    if (it->listen.addr.s_addr != listen.addr.s_addr || it->listen.port != listen.port) {
+      ++it;
+      continue;
+    }
+    if (auto r = it->steer->RemoveListener(listen.addr, listen.port); !r) {
+      Log("fast path: stop accepting on " + ToString(listen) + ": " + r.error().message());
+    }
+    it = all.erase(it);
+  }
+}
+
 void FastPath::Stop() {
   if (!impl_ || impl_->stopped) return;
   // A last snapshot, so the exit summary has the final numbers; the monitor stops first, so
@@ -472,6 +517,28 @@ std::string FastPathSnapshot::Format() const {
   XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FORMAT)
 #undef XDPFWD_FORMAT
   return out + RxByQueue();
+}
+
+void FastPath::DrainSessions(std::vector<SessionEvent>& out) {
+  timespec real{}, mono{};
+  clock_gettime(CLOCK_REALTIME, &real);
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  const int64_t offset =
+      (int64_t{real.tv_sec} - mono.tv_sec) * 1'000'000'000 + (int64_t{real.tv_nsec} - mono.tv_nsec);
+  SessionRecord batch[256];
+  for (SessionRing& ring : impl_->session_rings) {
+    for (;;) {
+      const size_t n = ring.Pop(batch, std::size(batch));
+      for (size_t i = 0; i < n; ++i) out.push_back(FromRecord(batch[i], offset));
+      if (n < std::size(batch)) break;
+    }
+  }
+}
+
+uint64_t FastPath::SessionRecordsDropped() const {
+  uint64_t dropped = 0;
+  for (const SessionRing& ring : impl_->session_rings) dropped += ring.dropped();
+  return dropped;
 }
 
 }  // namespace xdpfwd

@@ -18,6 +18,7 @@
 #include "forwarder/backend_ports.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
+#include "forwarder/session_log.h"
 #include "os/result.h"
 #include "stack/packet_tx.h"
 #include "xdp/steer.h"
@@ -25,7 +26,10 @@
 namespace xdpfwd {
 
 struct FastPathConfig {
-  std::vector<Rule> rules;  // IPv4 rules with a concrete listen address
+  std::vector<Rule> rules;                   // IPv4 rules with a concrete listen address
+  std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  // Workers hand access log records to the control process (FastPath::DrainSessions).
+  bool log_sessions = false;
   RelayLimits limits;
   // One worker per CPU, pinned; empty: as many workers as the interface with the fewest RX
   // queues has (one on single-queue devices), at most the CPUs usable, pinned to the least
@@ -168,6 +172,16 @@ class FastPath {
   FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr);
   // Steering decisions summed over interfaces, as "redirect_new_flow=3 pass_not_ipv4=2".
   std::string SteerCountersLine() const;
+  // Removes every listener from the steering programs: a new client's SYN goes to the kernel
+  // (refused there unless the kernel path listens), while the flows of open connections stay
+  // steered to their workers.
+  void StopAccepting();
+  // The same for one listen address (a rule a reload removed or changed).
+  void StopAccepting(const Endpoint& listen);
+  // The access log's events the workers recorded since the last call (log_sessions), appended
+  // to `out`; from one thread at a time (the log's writer).
+  void DrainSessions(std::vector<SessionEvent>& out);
+  uint64_t SessionRecordsDropped() const;  // rings full: the writer was behind
 
   struct Impl;
 

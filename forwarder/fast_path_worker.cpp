@@ -20,6 +20,20 @@ extern "C" {
 namespace xdpfwd {
 namespace {
 
+// The access log's producer end in a worker: each event, stamped with the monotonic clock
+// (vDSO, no syscall), goes into the worker's shared ring; a full ring drops it (counted there)
+// rather than wait for the control process.
+class RingSessionSink final : public SessionSink {
+ public:
+  explicit RingSessionSink(SessionRing ring) : ring_(ring) {}
+  void Record(const SessionEvent& event) noexcept override {
+    ring_.Push(ToRecord(event, MonotonicNs()));
+  }
+
+ private:
+  SessionRing ring_;
+};
+
 class WorkerProcess {
  public:
   WorkerProcess(FastPath::Impl& impl, uint32_t index)
@@ -44,6 +58,7 @@ class WorkerProcess {
   std::vector<Port> ports_;
   std::vector<std::unique_ptr<LwipNetif>> netifs_;  // one per interface, impl_.ifaces' order
   std::optional<WorkerHandoff> handoff_;
+  std::optional<RingSessionSink> sessions_;  // with an access log only
   Worker worker_;
   std::unique_ptr<Relay> relay_;
   std::atomic<bool> stop_{false};
@@ -99,6 +114,11 @@ Result<void> WorkerProcess::Setup() {
   }
   RelayConfig rc;
   rc.rules = impl_.relay_rules;
+  rc.global_access = impl_.config.global_access;
+  if (impl_.session_ring_bytes != 0) {
+    sessions_.emplace(SessionRing::Attach(impl_.SessionRingMemory(index_)));
+    rc.sessions = &*sessions_;
+  }
   rc.limits = impl_.config.limits;
   rc.limits.max_connections = impl_.max_connections_per_worker;
   rc.backend_ports = impl_.backend_ports;

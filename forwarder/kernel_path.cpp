@@ -6,8 +6,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <system_error>
+#include <thread>
 
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_loop.h"
@@ -93,7 +96,25 @@ std::string KernelPathTotals::Format() const {
          " pooled_pipes=" + std::to_string(pooled_pipes);
 }
 
-KernelPath::KernelPath(const KernelPathConfig& config) : config_(config) {}
+KernelPath::KernelPath(const KernelPathConfig& config)
+    : config_(config),
+      rules_(config.rules.begin(), config.rules.end()),
+      board_(std::make_unique<kernel_path::PlanBoard>()) {
+  std::vector<const Rule*> rules;
+  for (const Rule& r : rules_) rules.push_back(&r);
+  Publish(std::move(rules), config.global_access, true);
+}
+
+void KernelPath::Publish(std::vector<const Rule*> rules, std::vector<AccessPattern> global_access,
+                         bool accepting) {
+  auto plan = std::make_shared<kernel_path::ListenPlan>();
+  plan->generation = ++generation_;
+  plan->accepting = accepting;
+  plan->rules = std::move(rules);
+  plan->global_access = std::move(global_access);
+  board_->Publish(std::move(plan));
+  for (auto& loop : loops_) loop->Wake();
+}
 
 KernelPath::~KernelPath() { Stop(); }
 
@@ -120,6 +141,15 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
   if (auto checked = kernel_path::CheckBackendSources(config.backend_sources); !checked) {
     return Error{checked.error().code, "kernel path: " + checked.error().context};
   }
+  for (const Rule& rule : config.rules) {
+    if (rule.source.family() == AF_UNSPEC) continue;
+    if (auto checked = kernel_path::CheckSourceAddress(rule.source); !checked) {
+      return Error{{},
+                   "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend) +
+                       ": [src=]: " + checked.error().message()};
+    }
+  }
+
   auto ports = kernel_path::ReadLocalPorts();
   if (!ports) {
     // Only the fallback needs the range: the kernel's own choice still works.
@@ -133,9 +163,9 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
   // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
   for (int i = 0; i < threads; ++i) {
     path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
-    auto loop =
-        kernel_path::Loop::Create(path->config_, path->open_connections_, *path->counters_.back(),
-                                  kernel_path::BackendConnector(path->config_, *ports, i, threads));
+    auto loop = kernel_path::Loop::Create(
+        path->config_, *path->board_, path->open_connections_, *path->counters_.back(),
+        kernel_path::BackendConnector(path->config_, *ports, i, threads));
     if (!loop) return loop.error();
     path->loops_.push_back(std::move(*loop));
   }
@@ -148,6 +178,65 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
     }
   }
   return path;
+}
+
+void KernelPath::StopAccepting() {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  const auto plan = board_->Current();
+  Publish(plan->rules, plan->global_access, false);
+}
+
+Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
+                                const std::vector<AccessPattern>& global_access) {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  if (loops_.empty()) return Error{{}, "kernel path: stopped"};
+  const auto current = board_->Current();
+  auto same_listen = [](const Rule& a, const Rule& b) {
+    return a.listen.length == b.listen.length &&
+           std::memcmp(&a.listen.storage, &b.listen.storage, a.listen.length) == 0;
+  };
+  // Checked first, so that a reload that cannot be served changes nothing.
+  for (const Rule& rule : rules) {
+    const bool served = std::any_of(current->rules.begin(), current->rules.end(),
+                                    [&](const Rule* r) { return r->id == rule.id; });
+    if (served) continue;
+    const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
+    if (rule.source.family() != AF_UNSPEC) {
+      if (auto checked = kernel_path::CheckSourceAddress(rule.source); !checked) {
+        return Error{{}, what + ": [src=]: " + checked.error().message()};
+      }
+    }
+    const bool listening =
+        current->accepting && std::any_of(current->rules.begin(), current->rules.end(),
+                                          [&](const Rule* r) { return same_listen(*r, rule); });
+    if (!listening) {
+      if (auto bindable = kernel_path::CheckListenAddress(rule.listen); !bindable) {
+        return Error{{}, what + ": " + bindable.error().message()};
+      }
+    }
+  }
+  std::vector<const Rule*> next;
+  for (const Rule& rule : rules) {
+    auto kept = std::find_if(current->rules.begin(), current->rules.end(),
+                             [&](const Rule* r) { return r->id == rule.id; });
+    if (kept != current->rules.end()) {
+      next.push_back(*kept);
+    } else {
+      next.push_back(&rules_.emplace_back(rule));
+    }
+  }
+  Publish(std::move(next), global_access, current->accepting);
+  // Every thread takes the plan up within one loop iteration (a wake-up is on its way).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (const auto& loop : loops_) {
+    while (loop->applied_generation() < generation_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Error{{}, "kernel path: a loop thread did not take the new rules up within 5 s"};
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return {};
 }
 
 void KernelPath::Stop() {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,19 +17,23 @@
 
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
+#include "forwarder/session_log.h"
 #include "os/result.h"
 
 namespace xdpfwd {
 
 namespace kernel_path {
 class Loop;
+class PlanBoard;
 struct PathCounters;
 }  // namespace kernel_path
 
 struct KernelPathConfig {
-  std::vector<Rule> rules;
-  RelayLimits limits;  // max_connections is for the whole path, all threads
-  int threads = 0;     // 0: one per CPU this process may run on
+  std::vector<Rule> rules;                   // TCP on both sides (Rule::is_stream)
+  std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  SessionSink* sessions = nullptr;           // the access log's events; nullptr: none made
+  RelayLimits limits;                        // max_connections is for the whole path, all threads
+  int threads = 0;                           // 0: one per CPU this process may run on
   size_t copy_buffer_bytes = 64 * 1024;
   bool use_splice = true;  // false: buffered copy for every connection
   // The loop threads never sleep: epoll_wait with a zero timeout, in a loop. Each thread keeps
@@ -76,6 +81,17 @@ class KernelPath {
   KernelPath(const KernelPath&) = delete;
   KernelPath& operator=(const KernelPath&) = delete;
 
+  // Closes every listener (new clients are refused by the kernel); open connections go on.
+  void StopAccepting();
+  // Serves `rules` from now on, with `global_access` for new clients. A rule whose id is one
+  // this path already serves is unchanged: its listeners stay (no rebind). Other listen
+  // addresses it keeps get the new version of their rule for new connections (a changed
+  // backend, access list or source); rules gone stop accepting while their connections finish;
+  // new ones are listened on by every thread. Fails, changing nothing, when a new listen
+  // address cannot be bound or a new [src=] address is not this host's. Returns once every
+  // thread serves the new rules.
+  Result<void> Reload(const std::vector<Rule>& rules,
+                      const std::vector<AccessPattern>& global_access);
   // Stops accepting, closes every connection and listener, joins the threads. Idempotent.
   void Stop();
   KernelPathTotals Totals() const;  // summed over threads; callable from any thread
@@ -85,8 +101,16 @@ class KernelPath {
  private:
   explicit KernelPath(const KernelPathConfig& config);
 
-  KernelPathConfig config_;                    // the loops point into its rules
-  std::atomic<uint32_t> open_connections_{0};  // all threads', against max_connections
+  void Publish(std::vector<const Rule*> rules, std::vector<AccessPattern> global_access,
+               bool accepting);  // under stop_mutex_
+
+  KernelPathConfig config_;
+  // Every version of every rule served since start, never freed: connections point to the
+  // one they began with. A reload adds only the rules it changes or adds.
+  std::deque<Rule> rules_;
+  std::unique_ptr<kernel_path::PlanBoard> board_;  // what the loops' listeners serve
+  uint64_t generation_ = 0;                        // the last plan published
+  std::atomic<uint32_t> open_connections_{0};      // all threads', against max_connections
   // One per thread; they outlive the loops so Totals() still answers after Stop().
   std::vector<std::unique_ptr<kernel_path::PathCounters>> counters_;
   std::vector<std::unique_ptr<kernel_path::Loop>> loops_;

@@ -117,16 +117,36 @@ Result<LocalPorts> ReadLocalPorts() {
   return ParseLocalPorts(range, reserved);
 }
 
+Result<void> CheckSourceAddress(const SocketAddress& source) {
+  std::string where = ToString(source);
+  where.resize(where.rfind(':'));  // no port: the connect chooses it
+  UniqueFd fd(socket(source.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
+  if (!fd) return SystemError(where);
+  const int one = 1;
+  setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  if (bind(fd.get(), source.get(), source.length) != 0) {
+    return SystemError(where + (errno == EADDRNOTAVAIL ? " (not an address of this host)" : ""));
+  }
+  return {};
+}
+
+Result<void> CheckListenAddress(const SocketAddress& listen) {
+  const std::string where = "listen " + ToString(listen);
+  UniqueFd fd(socket(listen.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
+  if (!fd) return SystemError(where);
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (listen.family() == AF_INET6)
+    setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd.get(), listen.get(), listen.length) != 0) return SystemError(where);
+  return {};
+}
+
 Result<void> CheckBackendSources(const std::vector<in_addr>& sources) {
   for (const in_addr& source : sources) {
-    const std::string where = "--backend-source " + ToString(source);
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
-    if (!fd) return SystemError(where);
-    const int one = 1;
-    setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-    const SocketAddress a = FromEndpoint(Endpoint{source, 0});
-    if (bind(fd.get(), a.get(), a.length) != 0) {
-      return SystemError(where + (errno == EADDRNOTAVAIL ? " (not an address of this host)" : ""));
+    if (auto r = CheckSourceAddress(FromEndpoint(Endpoint{source, 0})); !r) {
+      return Error{r.error().code, "--backend-source " + r.error().context};
     }
   }
   return {};
@@ -192,29 +212,50 @@ BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts po
   }
   slice_ = static_cast<uint32_t>(slice.size());
 
-  for (const Rule& rule : config.rules) {
-    std::vector<SocketAddress> sources;
-    // --backend-source is IPv4: an IPv6 backend keeps the route's source.
-    if (rule.backend.is_ipv4()) {
-      for (const in_addr& s : config.backend_sources)
-        sources.push_back(FromEndpoint(Endpoint{s, 0}));
-    }
-    if (sources.empty()) sources.push_back(SocketAddress{});
-    Route route;
-    for (const SocketAddress& source : sources) {
-      route.pairs.push_back(static_cast<uint32_t>(pairs_.size()));
-      Pair& pair = pairs_.emplace_back();
-      pair.rule = &rule;
-      pair.source = source;
-      pair.own_source = source;
-      pair.ports.Assign(slice);
-    }
-    routes_.push_back(std::move(route));
-  }
+  slice_ports_ = std::move(slice);
+  for (const in_addr& s : config.backend_sources) backend_sources_.push_back(s);
+  for (const Rule& rule : config.rules) RouteFor(rule);
 }
 
-BackendSocket BackendConnector::Connect(size_t rule_index, Clock::time_point now) {
-  Route& route = routes_[rule_index];
+bool BackendConnector::SameAddress(const SocketAddress& a, const SocketAddress& b) {
+  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
+}
+
+// A rule's route: one (source, backend) pair per source address it uses. Pairs are shared by
+// every rule (and every version of a rule across reloads) with the same source and backend,
+// since those share the 4-tuple space and its TIME_WAIT.
+BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule) {
+  if (auto it = routes_.find(&rule); it != routes_.end()) return it->second;
+  std::vector<SocketAddress> sources;
+  if (rule.source.family() != AF_UNSPEC) {
+    // The rule's [src=ADDR] (its family is the backend's: the parser checks it).
+    sources.push_back(rule.source);
+  } else if (rule.backend.is_ipv4()) {
+    // --backend-source is IPv4: an IPv6 backend keeps the route's source.
+    for (const in_addr& s : backend_sources_) sources.push_back(FromEndpoint(Endpoint{s, 0}));
+  }
+  if (sources.empty()) sources.push_back(SocketAddress{});
+  Route route;
+  for (const SocketAddress& source : sources) {
+    uint32_t index = 0;
+    while (index < pairs_.size() && !(SameAddress(pairs_[index].source, source) &&
+                                      SameAddress(pairs_[index].backend, rule.backend))) {
+      ++index;
+    }
+    if (index == pairs_.size()) {
+      Pair& pair = pairs_.emplace_back();
+      pair.backend = rule.backend;
+      pair.source = source;
+      pair.own_source = source;
+      pair.ports.Assign(slice_ports_);
+    }
+    route.pairs.push_back(index);
+  }
+  return routes_.emplace(&rule, std::move(route)).first->second;
+}
+
+BackendSocket BackendConnector::Connect(const Rule& rule, Clock::time_point now) {
+  Route& route = RouteFor(rule);
   const uint32_t index = route.pairs[route.next];
   route.next = (route.next + 1) % route.pairs.size();
   Pair& pair = pairs_[index];
@@ -231,7 +272,7 @@ BackendSocket BackendConnector::Connect(size_t rule_index, Clock::time_point now
     ++pair.live;
   } else if (s.err == EADDRNOTAVAIL && !pair.told_no_port) {
     pair.told_no_port = true;
-    Log("kernel path: no local port left towards " + ToString(pair.rule->backend) +
+    Log("kernel path: no local port left towards " + ToString(pair.backend) +
         (pair.source.family() == AF_UNSPEC ? "" : " from " + ToString(pair.source)) +
         " (every 4-tuple live, or in TIME_WAIT without TCP timestamps from the backend); "
         "connections end as backend_no_port");
@@ -255,7 +296,7 @@ void BackendConnector::Choose(Pair& pair, Clock::time_point now) {
     if (!pair.told_choosing) {
       pair.told_choosing = true;
       Log("kernel path: " + std::to_string(taken) + " of this thread's " + std::to_string(slice_) +
-          " local ports towards " + ToString(pair.rule->backend) +
+          " local ports towards " + ToString(pair.backend) +
           (pair.source.family() == AF_UNSPEC ? "" : " from " + ToString(pair.source)) +
           " are live or in TIME_WAIT; choosing ports here (least recently used first, taking "
           "over TIME_WAIT 4-tuples) until fewer are");
@@ -338,9 +379,8 @@ void BackendConnector::LearnSource(Pair& pair, int fd) {
 
 BackendSocket BackendConnector::Open(const Pair& pair, uint16_t port) {
   BackendSocket s;
-  const Rule& rule = *pair.rule;
   const SocketAddress& source = port != 0 ? pair.own_source : pair.source;
-  const int family = rule.backend.family();
+  const int family = pair.backend.family();
   s.fd.reset(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!s.fd) {
     s.err = errno;  // EMFILE, ENOBUFS
@@ -369,7 +409,7 @@ BackendSocket BackendConnector::Open(const Pair& pair, uint16_t port) {
       return s;
     }
   }
-  if (connect(fd, rule.backend.get(), rule.backend.length) != 0 && errno != EINPROGRESS) {
+  if (connect(fd, pair.backend.get(), pair.backend.length) != 0 && errno != EINPROGRESS) {
     s.err = errno;  // EADDRNOTAVAIL (no local port left), ECONNREFUSED, ENETUNREACH, ...
     s.fd.reset();
   }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "forwarder/kernel_path.h"
@@ -38,6 +39,11 @@ Result<LocalPorts> ReadLocalPorts();
 // Checks once, at start, that every source address can be bound here (an address the host
 // does not have fails every connect later with the same EADDRNOTAVAIL as port exhaustion).
 Result<void> CheckBackendSources(const std::vector<in_addr>& sources);
+// The same for one address of either family (a rule's [src=ADDR]).
+Result<void> CheckSourceAddress(const SocketAddress& source);
+// Whether a listener can be bound to `listen` (SO_REUSEPORT, as the loops bind theirs): a
+// reload's new listen address is checked before any thread is told to serve it.
+Result<void> CheckListenAddress(const SocketAddress& listen);
 
 // A backend leg's hold on its (source, backend) pair, given back with Release.
 struct BackendLease {
@@ -66,9 +72,10 @@ class BackendConnector {
   // Thread `thread` of `threads` (slice `thread` of the range).
   BackendConnector(const KernelPathConfig& config, LocalPorts ports, int thread, int threads);
 
-  // A non-blocking socket connecting to rule `rule_index`'s backend, with TCP_NODELAY (and
-  // TCP_USER_TIMEOUT at the stall timeout, see Loop).
-  BackendSocket Connect(size_t rule_index, Clock::time_point now);
+  // A non-blocking socket connecting to `rule`'s backend, with TCP_NODELAY (and
+  // TCP_USER_TIMEOUT at the stall timeout, see Loop). A rule seen for the first time (added
+  // or changed by a reload) gets its route here; `rule` must outlive the connector.
+  BackendSocket Connect(const Rule& rule, Clock::time_point now);
   // The leg is closed. `time_wait`: it closed first, so its 4-tuple stays in TIME_WAIT for
   // the next 60 s. Its port goes to the back of the queue: handed out again last.
   void Release(const BackendLease& lease, bool time_wait, Clock::time_point now);
@@ -100,7 +107,7 @@ class BackendConnector {
     size_t head_ = 0, count_ = 0;
   };
   struct Pair {
-    const Rule* rule = nullptr;
+    SocketAddress backend;
     SocketAddress source;  // port 0; family AF_UNSPEC: the route's source
     // What ports chosen here are bound to: `source`, or the route's source address as a
     // kernel-chosen leg showed it (AF_UNSPEC until one did: the wildcard).
@@ -124,9 +131,14 @@ class BackendConnector {
   BackendSocket ConnectKernelPort(Pair& pair, Clock::time_point now);
   void Choose(Pair& pair, Clock::time_point now);
 
+  Route& RouteFor(const Rule& rule);
+  static bool SameAddress(const SocketAddress& a, const SocketAddress& b);
+
   uint32_t slice_ = 0;  // ports in this thread's slice
+  std::vector<uint16_t> slice_ports_;
+  std::vector<in_addr> backend_sources_;  // --backend-source
   std::vector<Pair> pairs_;
-  std::vector<Route> routes_;
+  std::unordered_map<const Rule*, Route> routes_;
 };
 
 }  // namespace xdpfwd::kernel_path

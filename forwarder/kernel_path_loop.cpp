@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "forwarder/access.h"
 #include "os/log.h"
 
 namespace xdpfwd::kernel_path {
@@ -43,9 +44,43 @@ struct Loop::Connection {
   bool connecting = true;
   bool ended = false;
   bool queued = false;  // in turns_
+  // For the access log: the client's address, bytes each way, and which side's end of stream
+  // was read first.
+  sockaddr_storage peer{};
+  uint64_t bytes_in = 0, bytes_out = 0;
+  std::optional<SessionResult> closed_first;
 };
 
 namespace {
+
+// The access log's word for how a connection ended: which side ended its stream first, or
+// the reason it was cut short.
+SessionResult SessionEnd(Loop::End why, std::optional<SessionResult> closed_first) {
+  switch (why) {
+    case Loop::End::kCompleted:
+      return closed_first.value_or(SessionResult::kRemoteClosedFirst);
+    case Loop::End::kClientReset:
+      return closed_first.value_or(SessionResult::kRemoteClosedFirst);
+    case Loop::End::kBackendReset:
+      return closed_first.value_or(SessionResult::kLocalClosedFirst);
+    case Loop::End::kBackendRefused:
+    case Loop::End::kBackendTimeout:
+      return SessionResult::kLocalConnectFailed;
+    case Loop::End::kBackendNoPort:
+      return SessionResult::kLocalBindFailed;
+    case Loop::End::kBackendError:
+      return SessionResult::kLocalSocketFailed;
+    case Loop::End::kIdleTimeout:
+      return SessionResult::kIdleTimeout;
+    case Loop::End::kStallTimeout:
+      return SessionResult::kStallTimeout;
+    case Loop::End::kStopped:
+      return SessionResult::kShutdown;
+    case Loop::End::kError:
+      return SessionResult::kUnknownError;
+  }
+  return SessionResult::kUnknownError;
+}
 
 constexpr int kEventBatch = 64;
 constexpr int kAcceptBatch = 64;  // per listener event; more wait for the next iteration
@@ -102,9 +137,11 @@ Result<void> SetOption(int fd, int level, int name, int value, const std::string
 
 }  // namespace
 
-Loop::Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connections,
-           PathCounters& counters, BackendConnector connector)
+Loop::Loop(const KernelPathConfig& config, const PlanBoard& board,
+           std::atomic<uint32_t>& open_connections, PathCounters& counters,
+           BackendConnector connector)
     : config_(config),
+      board_(board),
       open_connections_(open_connections),
       counters_(counters),
       pipes_(kPipeBytes, counters.pooled_pipes),
@@ -114,11 +151,12 @@ Loop::Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connectio
 
 Loop::~Loop() = default;
 
-Result<std::unique_ptr<Loop>> Loop::Create(const KernelPathConfig& config,
+Result<std::unique_ptr<Loop>> Loop::Create(const KernelPathConfig& config, const PlanBoard& board,
                                            std::atomic<uint32_t>& open_connections,
                                            PathCounters& counters, BackendConnector connector) {
   static_assert(alignof(Connection) > kTagMask && alignof(Listener) > kTagMask);
-  std::unique_ptr<Loop> loop(new Loop(config, open_connections, counters, std::move(connector)));
+  std::unique_ptr<Loop> loop(
+      new Loop(config, board, open_connections, counters, std::move(connector)));
   if (auto opened = loop->Open(); !opened) return opened.error();
   return loop;
 }
@@ -136,50 +174,13 @@ Result<void> Loop::Open() {
   }
   spare_fd_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
 
-  for (const Rule& rule : config_.rules) {
-    const std::string where = "listen " + ToString(rule.listen);
-    auto listener = std::make_unique<Listener>();
-    listener->rule = &rule;
-    listener->fd.reset(
-        socket(rule.listen.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-    const int fd = listener->fd.get();
-    if (fd < 0) return SystemError(where);
-    // One listener per thread on the same address, the kernel spreading connections by hash.
-    // (As with any SO_REUSEPORT server, another process of the same user that listens with
-    // SO_REUSEPORT on this address joins the group instead of failing with EADDRINUSE.)
-    for (auto set : {SetOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, where, "SO_REUSEADDR"),
-                     SetOption(fd, SOL_SOCKET, SO_REUSEPORT, 1, where, "SO_REUSEPORT"),
-                     // Accepted sockets inherit Nagle-off from the listener (the kernel clones
-                     // the listener's tcp_sock): one setsockopt per connection saved.
-                     SetOption(fd, IPPROTO_TCP, TCP_NODELAY, 1, where, "TCP_NODELAY")}) {
-      if (!set) return set.error();
-    }
-    // The stall timeout is the kernel's own: with TCP_USER_TIMEOUT a socket whose peer
-    // acknowledges nothing that long while data waits, zero-window probes answered or not,
-    // fails with ETIMEDOUT (Finish: kStallTimeout). Inherited by accepted sockets like
-    // TCP_NODELAY; the backend connector sets it on its sockets.
-    if (const auto stall = config_.limits.stall_timeout.count(); stall > 0) {
-      if (auto set = SetOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(stall), where,
-                               "TCP_USER_TIMEOUT");
-          !set) {
-        return set.error();
-      }
-    }
-    if (rule.listen.family() == AF_INET6) {
-      // [::]:port serves IPv6 only, so a rule for 0.0.0.0:port can coexist with it.
-      if (auto set = SetOption(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, where, "IPV6_V6ONLY"); !set) {
-        return set.error();
-      }
-    }
-    if (bind(fd, rule.listen.get(), rule.listen.length) != 0) return SystemError(where);
-    if (listen(fd, kListenBacklog) != 0) return SystemError(where);
-    ev.events = EPOLLIN;
-    ev.data.u64 = Tagged(listener.get(), kListenerTag);
-    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-      return SystemError(where + ": epoll_ctl");
-    }
-    listeners_.push_back(std::move(listener));
+  plan_ = board_.Current();
+  for (const Rule* rule : plan_->rules) {
+    auto listener = OpenListener(*rule);
+    if (!listener) return listener.error();
+    listeners_.push_back(std::move(*listener));
   }
+  applied_.store(plan_->generation, std::memory_order_release);
   return {};
 }
 
@@ -188,6 +189,88 @@ void Loop::RequestStop() {
   const uint64_t one = 1;
   // Cannot fail short of a full counter (2^64 - 2 wake-ups); the loop re-reads stop_ anyway.
   [[maybe_unused]] const ssize_t n = write(wake_.get(), &one, sizeof(one));
+}
+
+Result<std::unique_ptr<Loop::Listener>> Loop::OpenListener(const Rule& rule) {
+  const std::string where = "listen " + ToString(rule.listen);
+  auto listener = std::make_unique<Listener>();
+  listener->rule = &rule;
+  listener->fd.reset(
+      socket(rule.listen.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+  const int fd = listener->fd.get();
+  if (fd < 0) return SystemError(where);
+  // One listener per thread on the same address, the kernel spreading connections by hash.
+  // (As with any SO_REUSEPORT server, another process of the same user that listens with
+  // SO_REUSEPORT on this address joins the group instead of failing with EADDRINUSE.)
+  for (auto set : {SetOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, where, "SO_REUSEADDR"),
+                   SetOption(fd, SOL_SOCKET, SO_REUSEPORT, 1, where, "SO_REUSEPORT"),
+                   // Accepted sockets inherit Nagle-off from the listener (the kernel clones
+                   // the listener's tcp_sock): one setsockopt per connection saved.
+                   SetOption(fd, IPPROTO_TCP, TCP_NODELAY, 1, where, "TCP_NODELAY")}) {
+    if (!set) return set.error();
+  }
+  // The stall timeout is the kernel's own: with TCP_USER_TIMEOUT a socket whose peer
+  // acknowledges nothing that long while data waits, zero-window probes answered or not,
+  // fails with ETIMEDOUT (Finish: kStallTimeout). Inherited by accepted sockets like
+  // TCP_NODELAY; the backend connector sets it on its sockets.
+  if (const auto stall = config_.limits.stall_timeout.count(); stall > 0) {
+    if (auto set = SetOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(stall), where,
+                             "TCP_USER_TIMEOUT");
+        !set) {
+      return set.error();
+    }
+  }
+  if (rule.listen.family() == AF_INET6) {
+    // [::]:port serves IPv6 only, so a rule for 0.0.0.0:port can coexist with it.
+    if (auto set = SetOption(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, where, "IPV6_V6ONLY"); !set) {
+      return set.error();
+    }
+  }
+  if (bind(fd, rule.listen.get(), rule.listen.length) != 0) return SystemError(where);
+  if (listen(fd, kListenBacklog) != 0) return SystemError(where);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = Tagged(listener.get(), kListenerTag);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return SystemError(where + ": epoll_ctl");
+  }
+  return listener;
+}
+
+void Loop::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(wake_.get(), &one, sizeof(one));
+}
+
+// A new plan (reload, drain): listeners of listen addresses it keeps stay open and serve its
+// version of their rule (no rebind; their connections keep the rule they began with); the
+// others close, and new listen addresses get a listener of this thread's.
+void Loop::ApplyPlan(std::shared_ptr<const ListenPlan> plan) {
+  std::vector<std::unique_ptr<Listener>> next;
+  if (plan->accepting) {
+    for (const Rule* rule : plan->rules) {
+      auto same = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) {
+        return l != nullptr && l->rule->listen.length == rule->listen.length &&
+               std::memcmp(&l->rule->listen.storage, &rule->listen.storage, rule->listen.length) ==
+                   0;
+      });
+      if (same != listeners_.end()) {
+        (*same)->rule = rule;
+        next.push_back(std::move(*same));
+        continue;
+      }
+      auto opened = OpenListener(*rule);
+      if (!opened) {
+        Add(counters_.errors);
+        Log("kernel path: " + opened.error().message() + " (this thread does not serve it)");
+        continue;
+      }
+      next.push_back(std::move(*opened));
+    }
+  }
+  listeners_ = std::move(next);  // closing a listener removes it from the epoll set
+  plan_ = std::move(plan);
+  applied_.store(plan_->generation, std::memory_order_release);
 }
 
 void Loop::Run() {
@@ -201,6 +284,8 @@ void Loop::Run() {
 
   epoll_event events[kEventBatch];
   while (!stop_.load(std::memory_order_acquire)) {
+    // Here, between batches, no epoll event of this iteration can still name a listener.
+    if (board_.generation() != plan_->generation) ApplyPlan(board_.Current());
     // Busy-polling never sleeps, so deadlines are checked on every spin (ExpireDeadlines).
     const int timeout = config_.busy_poll ? 0 : NextTimeoutMs();
     const int n = epoll_wait(epoll_.get(), events, kEventBatch, timeout);
@@ -244,8 +329,12 @@ void Loop::OnWake() {
 }
 
 void Loop::OnListener(Listener& listener) {
+  const bool check_access = HasAccessPatterns(plan_->global_access, listener.rule->access);
   for (int i = 0; i < kAcceptBatch; ++i) {
-    UniqueFd client(accept4(listener.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof(peer);
+    UniqueFd client(accept4(listener.fd.get(), reinterpret_cast<sockaddr*>(&peer), &peer_length,
+                            SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!client) {
       if (errno == EAGAIN) return;
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -257,6 +346,19 @@ void Loop::OnListener(Listener& listener) {
       Add(counters_.errors);
       return;
     }
+    if (check_access) {
+      const AccessVerdict verdict =
+          CheckAccess(plan_->global_access, listener.rule->access,
+                      ClientAddressText(reinterpret_cast<const sockaddr*>(&peer)));
+      if (verdict != AccessVerdict::kAllowed) {
+        // Closed (a FIN), as rinetd closes a refused client; no backend leg is opened.
+        const bool denied = verdict == AccessVerdict::kDenied;
+        Add(denied ? counters_.relay.denied : counters_.relay.not_allowed);
+        RecordSession(*listener.rule, peer,
+                      denied ? SessionResult::kDenied : SessionResult::kNotAllowed, 0, 0);
+        continue;
+      }
+    }
     // The one shared atomic on the path, once per connection. Like the fast path, a refused
     // client is counted in over_limit only, not in accepted.
     if (open_connections_.fetch_add(1, std::memory_order_relaxed) >=
@@ -267,7 +369,7 @@ void Loop::OnListener(Listener& listener) {
       continue;
     }
     Add(counters_.relay.accepted);
-    StartConnection(std::move(client), *listener.rule);
+    StartConnection(std::move(client), *listener.rule, peer);
   }
 }
 
@@ -295,17 +397,18 @@ bool Loop::ShedConnection(Listener& listener) {
   return shed;
 }
 
-void Loop::StartConnection(UniqueFd client, const Rule& rule) {
+void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer) {
   connecting_.emplace_back(config_.use_splice);
   Connection& c = connecting_.back();
   c.self = std::prev(connecting_.end());
   c.since = now_;
   c.rule = &rule;
   c.client.fd = std::move(client);
+  c.peer = peer;
   Add(counters_.relay.active);
+  RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
 
-  BackendSocket backend =
-      connector_.Connect(static_cast<size_t>(&rule - config_.rules.data()), now_);
+  BackendSocket backend = connector_.Connect(rule, now_);
   if (backend.lease.port != 0) Add(counters_.own_port_connects);
   if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
   if (backend.kernel_no_port) Add(counters_.kernel_no_port);
@@ -386,6 +489,10 @@ void Loop::Relay(Connection& c) {
   const bool backend_open = !c.to_backend.finished();
   const PumpResult up = c.to_backend.Pump(c.client, c.backend, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_backend, up.bytes);
+  c.bytes_in += up.bytes;
+  if (!c.closed_first && c.to_backend.source_ended()) {
+    c.closed_first = SessionResult::kRemoteClosedFirst;
+  }
   if (backend_open && c.to_backend.finished()) {
     // The backend's FIN announced (RDHUP) or read: it closed first, and its side keeps the
     // TIME_WAIT. Otherwise ours will (the client closed first).
@@ -394,6 +501,10 @@ void Loop::Relay(Connection& c) {
   if (auto why = failure(up, End::kClientReset, End::kBackendReset)) return Finish(c, *why);
   const PumpResult down = c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_client, down.bytes);
+  c.bytes_out += down.bytes;
+  if (!c.closed_first && c.to_client.source_ended()) {
+    c.closed_first = SessionResult::kLocalClosedFirst;
+  }
   if (auto why = failure(down, End::kBackendReset, End::kClientReset)) return Finish(c, *why);
 
   if (up.bytes + down.bytes > 0) Touch(c);
@@ -476,6 +587,21 @@ void Loop::Finish(Connection& c, End why) {
   ended_.splice(ended_.end(), c.connecting ? connecting_ : relaying_, c.self);
   RelayCounters::Sub(r.active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.sessions != nullptr) {
+    RecordSession(*c.rule, c.peer, SessionEnd(why, c.closed_first), c.bytes_in, c.bytes_out);
+  }
+}
+
+void Loop::RecordSession(const Rule& rule, const sockaddr_storage& peer, SessionResult result,
+                         uint64_t bytes_in, uint64_t bytes_out) {
+  if (config_.sessions == nullptr) return;
+  SessionEvent e;
+  e.rule_id = rule.id;
+  e.client = peer;
+  e.bytes_in = bytes_in;
+  e.bytes_out = bytes_out;
+  e.result = result;
+  config_.sessions->Record(e);
 }
 
 void Loop::RunQueuedTurns() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "forwarder/kernel_path.h"
@@ -19,32 +20,37 @@
 
 namespace xdpfwd::kernel_path {
 
-class Loop {
- public:
-  // Creates the epoll set, the wake-up eventfd and a listener for every rule. `config`,
-  // `open_connections` and `counters` must outlive the loop; the counters may also outlive it,
-  // so totals survive Stop().
-  static Result<std::unique_ptr<Loop>> Create(const KernelPathConfig& config,
-                                              std::atomic<uint32_t>& open_connections,
-                                              PathCounters& counters, BackendConnector connector);
-  ~Loop();
-  Loop(const Loop&) = delete;
-  Loop& operator=(const Loop&) = delete;
+// What the loops' listeners serve: published by KernelPath (start, reload, drain) and taken up
+// by each loop between two epoll batches.
+struct ListenPlan {
+  uint64_t generation = 0;
+  bool accepting = true;
+  std::vector<const Rule*> rules;  // a listener each (one listen address per rule)
+  std::vector<AccessPattern> global_access;
+};
 
-  // Serves until RequestStop(), then resets every connection. Call once, on the loop's own
-  // thread. Destroying the loop closes every descriptor it owns.
-  void Run();
-  // Any thread, while the loop exists.
-  void RequestStop();
+class PlanBoard {
+ public:
+  void Publish(std::shared_ptr<const ListenPlan> plan) {
+    std::lock_guard lock(mu_);
+    generation_.store(plan->generation, std::memory_order_release);
+    plan_ = std::move(plan);
+  }
+  std::shared_ptr<const ListenPlan> Current() const {
+    std::lock_guard lock(mu_);
+    return plan_;
+  }
+  // One load per loop iteration: whether a new plan waits.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
-  using Clock = std::chrono::steady_clock;
-  struct Listener {
-    UniqueFd fd;
-    const Rule* rule = nullptr;
-  };
-  struct Connection;
-  using ConnectionList = std::list<Connection>;
+  mutable std::mutex mu_;
+  std::shared_ptr<const ListenPlan> plan_;
+  std::atomic<uint64_t> generation_{0};
+};
+
+class Loop {
+ public:
   // Why a connection ended; each has its counter.
   enum class End : uint8_t {
     kCompleted,
@@ -59,15 +65,48 @@ class Loop {
     kError,
     kStopped,
   };
+  // Creates the epoll set, the wake-up eventfd and a listener for every rule. `config`,
+  // `open_connections` and `counters` must outlive the loop; the counters may also outlive it,
+  // so totals survive Stop().
+  static Result<std::unique_ptr<Loop>> Create(const KernelPathConfig& config,
+                                              const PlanBoard& board,
+                                              std::atomic<uint32_t>& open_connections,
+                                              PathCounters& counters, BackendConnector connector);
+  ~Loop();
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
 
-  Loop(const KernelPathConfig& config, std::atomic<uint32_t>& open_connections,
-       PathCounters& counters, BackendConnector connector);
+  // Serves until RequestStop(), then resets every connection. Call once, on the loop's own
+  // thread. Destroying the loop closes every descriptor it owns.
+  // From any thread: the loop looks at the board's plan now (it also does once per iteration).
+  void Wake();
+  // The plan generation this loop serves (its listeners follow it).
+  uint64_t applied_generation() const { return applied_.load(std::memory_order_acquire); }
+  void Run();
+  // Any thread, while the loop exists.
+  void RequestStop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Listener {
+    UniqueFd fd;
+    const Rule* rule = nullptr;
+  };
+  struct Connection;
+  using ConnectionList = std::list<Connection>;
+
+  Loop(const KernelPathConfig& config, const PlanBoard& board,
+       std::atomic<uint32_t>& open_connections, PathCounters& counters, BackendConnector connector);
   Result<void> Open();
+  Result<std::unique_ptr<Listener>> OpenListener(const Rule& rule);
+  void ApplyPlan(std::shared_ptr<const ListenPlan> plan);
 
   void OnWake();
   void OnListener(Listener& listener);
   bool ShedConnection(Listener& listener);  // true: a waiting client was reset
-  void StartConnection(UniqueFd client, const Rule& rule);
+  void StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer);
+  void RecordSession(const Rule& rule, const sockaddr_storage& peer, SessionResult result,
+                     uint64_t bytes_in, uint64_t bytes_out);
   void OnLegEvent(Connection& c, bool client_leg, uint32_t events);
   void OnConnected(Connection& c);
   void Relay(Connection& c);
@@ -80,8 +119,11 @@ class Loop {
   void ResetEverything();
 
   const KernelPathConfig& config_;
+  const PlanBoard& board_;
   std::atomic<uint32_t>& open_connections_;
   std::atomic<bool> stop_{false};
+  std::shared_ptr<const ListenPlan> plan_;  // what the listeners serve now
+  std::atomic<uint64_t> applied_{0};
   UniqueFd epoll_, wake_;
   // Kept open so that, when accept fails with EMFILE, closing it frees one descriptor to
   // accept and reset the waiting client (otherwise the level-triggered listener would spin).

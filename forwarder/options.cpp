@@ -62,6 +62,9 @@ const char* Usage() {
          "  --stall-timeout DUR      reset a connection whose peer takes no bytes this long\n"
          "                           while some wait for it, e.g. a zero window (default\n"
          "                           120s; 0: never; kernel path: TCP_USER_TIMEOUT)\n"
+         "  --drain-timeout DUR      on SIGTERM/SIGINT stop accepting and let open connections\n"
+         "                           finish this long, then reset the rest (default 30s; 0:\n"
+         "                           reset at once); a second signal ends at once\n"
          "  --max-connections N      per path; beyond it new clients are reset (default: fast\n"
          "                           path 131072 per worker, its lwIP pcb pool, shared out\n"
          "                           between workers when given; kernel path 16384)\n"
@@ -126,7 +129,11 @@ const char* Usage() {
          "  --busy-poll              kernel path: threads never sleep (lower latency; each\n"
          "                           thread keeps a CPU 100% busy)\n"
          "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
+         "  -t, --check              with -c: check the file, print the rules as understood,\n"
+         "                           exit 0 (valid) or 2 (not)\n"
+         "  -f                       accepted for rinetd's command line (xdpfwd never forks)\n"
          "  -v                       more detail\n"
+         "  -V, --version            the version\n"
          "  -h, --help               this text\n";
 }
 
@@ -189,10 +196,23 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
   return std::chrono::milliseconds(n * scale);
 }
 
-Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
+Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
   Options o;
   std::vector<std::string> positional;
-  std::string rules_file;
+  std::vector<std::string> args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--") {
+      positional.insert(positional.end(), argv.begin() + static_cast<long>(i) + 1, argv.end());
+      break;
+    }
+    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args.push_back(a.substr(0, eq));
+      args.push_back(a.substr(eq + 1));
+    } else {
+      args.push_back(a);
+    }
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> Result<std::string> {
@@ -205,11 +225,19 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
     if (a == "-h" || a == "--help") {
       o.help = true;
       return o;
+    } else if (a == "--version" || a == "-V") {
+      o.version = true;
+      return o;
     } else if (a == "-v") {
       ++o.verbosity;
-    } else if (a == "-c") {
+    } else if (a == "-f" || a == "--foreground") {
+      // rinetd's "stay in the foreground": xdpfwd never forks into the background.
+    } else if (a == "-t" || a == "--check") {
+      o.check_only = true;
+    } else if (a == "-c" || a == "--conf-file") {
       XDPFWD_VALUE(v);
-      rules_file = *v;
+      if (v->empty()) return Error{{}, a + " needs a file name"};
+      o.config_file = *v;
     } else if (a == "--path") {
       XDPFWD_VALUE(v);
       if (*v == "auto")
@@ -237,6 +265,11 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
       auto d = ParseDuration(*v);
       if (!d) return Error{{}, a + ": " + d.error().message()};
       o.watchdog = *d;
+    } else if (a == "--drain-timeout") {
+      XDPFWD_VALUE(v);
+      auto d = ParseDuration(*v);
+      if (!d) return Error{{}, a + ": " + d.error().message()};
+      o.drain_timeout = *d;
     } else if (a == "--connect-timeout" || a == "--idle-timeout" || a == "--stall-timeout") {
       XDPFWD_VALUE(v);
       auto d = ParseDuration(*v);
@@ -371,14 +404,12 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
   if (o.force_generic && o.force_native) {
     return Error{{}, "--generic and --native: give one XDP attach mode, or neither (automatic)"};
   }
-  if (!rules_file.empty()) {
+  if (!o.config_file.empty()) {
     if (!positional.empty()) {
       return Error{{}, "give either -c RULES_FILE or LISTEN BACKEND, not both"};
     }
-    auto rules = LoadRulesFile(rules_file);
-    if (!rules) return rules.error();
-    o.rules = std::move(*rules);
   } else {
+    if (o.check_only) return Error{{}, "-t checks a configuration file: give -c FILE"};
     if (positional.size() != 2) {
       return Error{{},
                    positional.empty()
@@ -391,7 +422,10 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& args) {
     auto backend = ParseSocketAddress(positional[1]);
     if (!backend) return Error{{}, "BACKEND: " + backend.error().message()};
     if (backend->is_any()) return Error{{}, "BACKEND: " + positional[1] + " is not connectable"};
-    o.rules.push_back(Rule{0, *listen, *backend, 0});
+    Rule rule;
+    rule.listen = *listen;
+    rule.backend = *backend;
+    o.config.rules.push_back(rule);
   }
   return o;
 }

@@ -20,13 +20,20 @@ namespace xdpfwd {
 enum class PathChoice { kAuto, kXdp, kKernel };
 
 struct Options {
-  std::vector<Rule> rules;
+  // The rules and rinetd settings: one rule from LISTEN BACKEND, or empty with config_file set
+  // (main loads the file, so a configuration error is told apart from a usage error and a
+  // reload reads the file again).
+  Config config;
+  std::string config_file;  // -c FILE
+  bool check_only = false;  // -t: check the file, print it as understood, exit
   PathChoice path = PathChoice::kAuto;
   RelayLimits limits;
   // --cpus (or --cpu): cores for fast-path workers, one worker process each, ascending; empty:
   // one unpinned worker per RX queue (FastPathConfig::cpus).
   std::vector<int> cpus;
   std::chrono::milliseconds watchdog{5000};  // FastPathConfig::watchdog
+  // SIGTERM/SIGINT: stop accepting, let open connections finish this long, reset the rest.
+  std::chrono::milliseconds drain_timeout{30'000};
   int kernel_threads = 0;
   bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
   bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping
@@ -69,9 +76,11 @@ struct Options {
   int stats_interval_s = 0;
   int verbosity = 0;
   bool help = false;
+  bool version = false;
 };
 
-// argv without the program name. Errors say which option and why.
+// argv without the program name. Errors say which option and why. "--opt=value" is "--opt
+// value"; "--" ends the options.
 Result<Options> ParseCommandLine(const std::vector<std::string>& args);
 const char* Usage();
 std::string_view PathName(PathChoice path);

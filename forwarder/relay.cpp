@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "forwarder/access.h"
 #include "os/clock.h"
 #include "os/log.h"
 #include "stack/lwip_pcb.h"
@@ -99,6 +100,10 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   uint64_t last_active_ms = 0;
   FlowBooking flows;  // the ledger's entries and port for this connection
   bool finished = false;
+  // For the access log: how it ended. The first FIN decides which side closed first; a reset
+  // or a timeout says its own reason.
+  bool end_known = false;
+  SessionResult end = SessionResult::kUnknownError;
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
 };
@@ -176,6 +181,11 @@ struct Relay::Callbacks {
     Leg& to = c.other(*leg);
     if (p == nullptr) {
       leg->fin_received = true;
+      if (!c.end_known) {
+        c.end_known = true;
+        c.end =
+            leg->is_client ? SessionResult::kRemoteClosedFirst : SessionResult::kLocalClosedFirst;
+      }
       r.Pump(c, *leg, to);
       return scope.result();
     }
@@ -287,6 +297,24 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
     ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
   }
+  if (HasAccessPatterns(config_.global_access, listener.rule->access)) {
+    const AccessVerdict verdict =
+        CheckAccess(config_.global_access, listener.rule->access, ClientAddressText(ends.remote));
+    if (verdict != AccessVerdict::kAllowed) {
+      RelayCounters::Add(verdict == AccessVerdict::kDenied ? counters_.denied
+                                                           : counters_.not_allowed);
+      RecordSession(
+          *listener.rule, client_flow,
+          verdict == AccessVerdict::kDenied ? SessionResult::kDenied : SessionResult::kNotAllowed,
+          0, 0);
+      ledger_.Refuse(*listener.rule, client_flow, now_ms_);
+      // Closed, as rinetd closes a refused client: a FIN, no byte read or relayed. The flow
+      // entry lingers long enough for the close handshake; lwIP ends the pcb's life itself.
+      if (tcp_close(pcb) == ERR_OK) return ERR_OK;
+      tcp_abort(pcb);
+      return ERR_ABRT;
+    }
+  }
   auto* c = new Connection();
   c->relay = this;
   c->rule = listener.rule;
@@ -301,6 +329,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   RelayCounters::Add(counters_.active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
+  RecordSession(*c->rule, client_flow, SessionResult::kOpened, 0, 0);
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
   tcp_sent(pcb, Callbacks::Sent);
@@ -449,6 +478,21 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
   }
 }
 
+void Relay::RecordSession(const RelayRule& rule, const FlowTuple& client_flow, SessionResult result,
+                          uint64_t bytes_in, uint64_t bytes_out) {
+  if (config_.sessions == nullptr) return;
+  SessionEvent e;
+  e.rule_id = rule.id;
+  auto* sin = reinterpret_cast<sockaddr_in*>(&e.client);
+  sin->sin_family = AF_INET;
+  sin->sin_addr = client_flow.saddr;
+  sin->sin_port = htons(client_flow.sport);
+  e.bytes_in = bytes_in;
+  e.bytes_out = bytes_out;
+  e.result = result;
+  config_.sessions->Record(e);
+}
+
 void Relay::AbortLeg(Leg& leg) {
   leg.backlog.FreeAll();
   if (leg.pcb == nullptr) return;
@@ -462,6 +506,26 @@ void Relay::AbortLeg(Leg& leg) {
 void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
   if (c.finished) return;
   RelayCounters::Add(reason);
+  const RelayCounters& n = counters_;
+  if (&reason == &n.client_reset || &reason == &n.backend_reset) {
+    if (!c.end_known) {
+      c.end = &reason == &n.client_reset ? SessionResult::kRemoteClosedFirst
+                                         : SessionResult::kLocalClosedFirst;
+    }
+  } else if (&reason == &n.backend_refused || &reason == &n.backend_timeout) {
+    c.end = SessionResult::kLocalConnectFailed;
+  } else if (&reason == &n.backend_no_port) {
+    c.end = SessionResult::kLocalBindFailed;
+  } else if (&reason == &n.backend_error) {
+    c.end = SessionResult::kLocalSocketFailed;
+  } else if (&reason == &n.idle_timeout) {
+    c.end = SessionResult::kIdleTimeout;
+  } else if (&reason == &n.stall_timeout) {
+    c.end = SessionResult::kStallTimeout;
+  } else if (&reason == &n.shutdown_reset) {
+    c.end = SessionResult::kShutdown;
+  }
+  c.end_known = true;
   AbortLeg(c.client);
   AbortLeg(c.backend);
   Finish(c);
@@ -478,6 +542,8 @@ void Relay::Finish(Connection& c) {
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
   RelayCounters::Sub(counters_.active);
+  // Bytes in: received from the client; out: queued toward the client (rinetd's counts).
+  RecordSession(*c.rule, c.flows.client_flow, c.end, c.client.received, c.backend.relayed);
   ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }

@@ -14,6 +14,8 @@
 #include "forwarder/flow_ledger.h"
 #include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
+#include "forwarder/rules.h"
+#include "forwarder/session_log.h"
 #include "os/endpoint.h"
 #include "os/log.h"
 #include "os/result.h"
@@ -26,10 +28,14 @@ namespace xdpfwd {
 // A rule as the relay serves it: the listener, and the route its flows and backend legs take.
 struct RelayRule : FlowRoute {
   Endpoint listen;
+  std::vector<AccessPattern> access;  // the rule's own allow/deny lines (forwarder/access.h)
 };
 
 struct RelayConfig {
   std::vector<RelayRule> rules;
+  std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  // The access log's events (opened, refused, ended), or nullptr: none are made.
+  SessionSink* sessions = nullptr;
   RelayLimits limits;
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
   uint32_t worker = 0;                   // the worker this relay runs on (flow owner)
@@ -104,6 +110,8 @@ class Relay {
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);
   void Reset(Connection& c, std::atomic<uint64_t>& reason);
+  void RecordSession(const RelayRule& rule, const FlowTuple& client_flow, SessionResult result,
+                     uint64_t bytes_in, uint64_t bytes_out);
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);
   void Touch(Connection& c);

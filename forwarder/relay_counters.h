@@ -33,6 +33,8 @@ struct RelayLimits {
   X(active, "open now: client leg or backend leg still alive")                   \
   X(completed, "ended with both directions closed cleanly")                      \
   X(over_limit, "refused because max_connections was reached")                   \
+  X(not_allowed, "refused by access control: no allow pattern matched (closed)") \
+  X(denied, "refused by access control: a deny pattern matched (closed)")        \
   X(backend_refused, "backend answered the SYN with a reset; client was reset")  \
   X(backend_timeout, "backend did not complete the handshake in time")           \
   X(backend_error, "backend leg could not be started (no memory, no flow slot)") \

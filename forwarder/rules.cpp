@@ -22,17 +22,6 @@ Result<uint16_t> ParsePort(const std::string& text, const std::string& whole) {
   return static_cast<uint16_t>(port);
 }
 
-std::vector<std::string> Words(const std::string& line) {
-  std::vector<std::string> words;
-  std::istringstream in(line);
-  for (std::string w; in >> w;) words.push_back(w);
-  return words;
-}
-
-bool SameAddress(const SocketAddress& a, const SocketAddress& b) {
-  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
-}
-
 }  // namespace
 
 uint16_t SocketAddress::port() const {
@@ -120,53 +109,6 @@ std::string ToString(const SocketAddress& address) {
   return "(no address)";
 }
 
-Result<std::vector<Rule>> ParseRules(const std::string& text, const std::string& source_name) {
-  std::vector<Rule> rules;
-  std::istringstream in(text);
-  int line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    const std::string where = source_name + ":" + std::to_string(line_no);
-    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    const std::vector<std::string> words = Words(line);
-    if (words.empty()) continue;
-    if (words.size() != 4) {
-      const bool directive = words[0] == "allow" || words[0] == "deny" || words[0] == "logfile" ||
-                             words[0] == "logcommon" || words[0] == "pidlogfile";
-      if (directive) {
-        return Error{{}, where + ": rinetd directive '" + words[0] + "' is not supported"};
-      }
-      return Error{{},
-                   where + ": expected 'bindaddress bindport connectaddress connectport', got " +
-                       std::to_string(words.size()) + " word" + (words.size() == 1 ? "" : "s")};
-    }
-    auto listen = ParseSocketAddress(words[0], words[1]);
-    if (!listen) return Error{{}, where + ": listen address: " + listen.error().message()};
-    auto backend = ParseSocketAddress(words[2], words[3]);
-    if (!backend) return Error{{}, where + ": backend address: " + backend.error().message()};
-    if (backend->is_any()) {
-      return Error{{}, where + ": backend " + ToString(*backend) + " is not a connectable address"};
-    }
-    for (const Rule& r : rules) {
-      if (SameAddress(r.listen, *listen)) {
-        return Error{{},
-                     where + ": " + ToString(*listen) + " is already the listen address of line " +
-                         std::to_string(r.line)};
-      }
-    }
-    rules.push_back(Rule{static_cast<uint32_t>(rules.size()), *listen, *backend, line_no});
-  }
-  if (rules.empty()) return Error{{}, source_name + ": no rules"};
-  return rules;
-}
-
-Result<std::vector<Rule>> LoadRulesFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return SystemError("cannot read rules file " + path);
-  std::stringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return SystemError("cannot read rules file " + path);
-  return ParseRules(text.str(), path);
-}
+std::string_view ProtocolName(Protocol p) { return p == Protocol::kUdp ? "udp" : "tcp"; }
 
 }  // namespace xdpfwd

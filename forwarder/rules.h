@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "os/endpoint.h"
@@ -38,18 +39,49 @@ SocketAddress FromEndpoint(const Endpoint& ep);
 // "10.0.1.1:9000" or "[2001:db8::1]:9000".
 std::string ToString(const SocketAddress& address);
 
+enum class Protocol : uint8_t { kTcp, kUdp };
+std::string_view ProtocolName(Protocol p);  // "tcp", "udp"
+
+// One rinetd "allow PATTERN" or "deny PATTERN" line (forwarder/access.h evaluates them).
+struct AccessPattern {
+  bool allow = true;
+  std::string pattern;  // '*' and '?' globs over the client's numeric address text
+  int line = 0;
+};
+
+// rinetd's UDP association idle limit when a rule has no [timeout=N] (rinetd.8).
+inline constexpr uint32_t kDefaultUdpTimeoutS = 72;
+
 struct Rule {
   uint32_t id = 0;  // index in the rule list; the steering program records it per flow
   SocketAddress listen;
   SocketAddress backend;
   int line = 0;  // line in the rules file, 0 for a command-line rule
+  Protocol listen_protocol = Protocol::kTcp;
+  Protocol backend_protocol = Protocol::kTcp;
+  // The addresses as written (an address or a host name): rinetd's access log shows these.
+  std::string listen_host, backend_host;
+  // [src=ADDR]: the local address of this rule's backend legs (AF_UNSPEC: the path's choice).
+  SocketAddress source;
+  // [timeout=N]: seconds a UDP association may be idle before it is closed.
+  uint32_t udp_timeout_s = kDefaultUdpTimeoutS;
+  // allow/deny lines after this rule and before the next: the rule's own access list.
+  std::vector<AccessPattern> access;
+
+  // TCP on both sides: the fast path and the kernel path's stream relay serve it. Anything
+  // with UDP on a side is the datagram relay's (forwarder/datagram_path.h).
+  bool is_stream() const {
+    return listen_protocol == Protocol::kTcp && backend_protocol == Protocol::kTcp;
+  }
 };
 
-// rinetd's format: one rule per line, "bindaddress bindport connectaddress connectport", '#'
-// starts a comment, blank lines are ignored. Anything else (rinetd's allow/deny/logfile
-// directives, a fifth word, a bad address) is an error naming the file and line. At least one
-// rule is required, and two rules may not listen on the same address and port.
-Result<std::vector<Rule>> ParseRules(const std::string& text, const std::string& source_name);
-Result<std::vector<Rule>> LoadRulesFile(const std::string& path);
+// A whole configuration: rinetd's file (forwarder/config.h) or one command-line rule.
+struct Config {
+  std::vector<Rule> rules;
+  std::vector<AccessPattern> access;  // global allow/deny lines (before the first rule)
+  std::string logfile;                // logfile PATH; empty: no access log
+  bool log_common = false;            // logcommon: web-server style lines
+  std::string pidfile;                // pidlogfile PATH; empty: none written
+};
 
 }  // namespace xdpfwd

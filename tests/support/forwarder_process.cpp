@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,29 @@ ForwarderProcess::ForwarderProcess(const std::string& path, const std::string& l
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(listen);
   argv.push_back(backend);
+  Launch(argv);
+}
+
+std::unique_ptr<ForwarderProcess> ForwarderProcess::WithConfig(
+    const std::string& path, const std::string& config_file,
+    const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{BinaryPath(), "--path", path, "-c", config_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::unique_ptr<ForwarderProcess>(new ForwarderProcess(path, std::move(argv)));
+}
+
+ForwarderProcess::ForwarderProcess(const std::string& path, std::vector<std::string> argv)
+    : path_(path) {
+  Launch(argv);
+}
+
+void ForwarderProcess::Launch(std::vector<std::string> argv) {
+  // Tests stop the forwarder with SIGTERM and expect it gone at once, its connections reset,
+  // unless they test the drain itself (and give --drain-timeout).
+  if (std::find(argv.begin(), argv.end(), "--drain-timeout") == argv.end()) {
+    const auto binary = std::find(argv.begin(), argv.end(), BinaryPath());
+    argv.insert(binary + 1, {"--drain-timeout", "0"});
+  }
   child_ = std::make_unique<ChildProcess>(argv);
   if (!child_->WaitForLine("xdpfwd: ready:", 10s)) {
     child_->Signal(SIGTERM);

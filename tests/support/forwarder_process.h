@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ class ForwarderProcess {
   // unless it is empty; throws if it is not ready in 10 s (the exception carries its output).
   ForwarderProcess(const std::string& path, const std::string& listen, const std::string& backend,
                    const std::vector<std::string>& extra = {}, const std::string& netns = "");
+  // Runs `xdpfwd --path <path> -c <config_file> <extra...>` in the root namespace.
+  static std::unique_ptr<ForwarderProcess> WithConfig(const std::string& path,
+                                                      const std::string& config_file,
+                                                      const std::vector<std::string>& extra = {});
   ~ForwarderProcess();
 
   // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow"...
@@ -39,6 +44,8 @@ class ForwarderProcess {
 
   // SIGTERM and wait; the exit code.
   int Stop();
+  // Waits for the process to exit by itself (no signal sent); its exit code, or nothing.
+  std::optional<int> WaitExit(std::chrono::milliseconds timeout) { return child_->Wait(timeout); }
   pid_t pid() const { return child_->pid(); }
   const std::string& output() const { return child_->output(); }
   // Waits until the output holds `needle`; false after `timeout`.
@@ -53,6 +60,8 @@ class ForwarderProcess {
   static std::string BinaryPath();
 
  private:
+  ForwarderProcess(const std::string& path, std::vector<std::string> argv);
+  void Launch(std::vector<std::string> argv);  // throws if not ready in 10 s
   std::string path_;
   std::unique_ptr<ChildProcess> child_;
 };

@@ -1,0 +1,484 @@
+// The process's owner (see service.h): start, reload, drain, stop of every path.
+#include "forwarder/service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "forwarder/service_notify.h"
+#include "os/isolation.h"
+#include "os/log.h"
+#include "xdpfwd_lwip_hooks.h"
+
+namespace xdpfwd {
+
+// pidlogfile: the process id, for `kill -HUP $(cat FILE)`; removed at exit if still ours.
+class PidFile {
+ public:
+  explicit PidFile(std::string path) : path_(std::move(path)) {
+    if (path_.empty()) return;
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr || std::fprintf(f, "%d\n", static_cast<int>(getpid())) < 0 ||
+        std::fclose(f) != 0) {
+      // rinetd goes on without it; so do we, saying so.
+      Log("pidlogfile " + path_ + ": cannot write it: " + std::strerror(errno));
+      path_.clear();
+    }
+  }
+  ~PidFile() {
+    if (path_.empty()) return;
+    FILE* f = std::fopen(path_.c_str(), "r");
+    if (f == nullptr) return;
+    int pid = 0;
+    const bool ours = std::fscanf(f, "%d", &pid) == 1 && pid == static_cast<int>(getpid());
+    std::fclose(f);
+    if (ours) std::remove(path_.c_str());
+  }
+  PidFile(const PidFile&) = delete;
+  PidFile& operator=(const PidFile&) = delete;
+
+ private:
+  std::string path_;
+};
+
+namespace {
+
+std::string RulesLine(const std::vector<Rule>& rules) {
+  std::string out;
+  for (const Rule& r : rules) {
+    if (!out.empty()) out += ", ";
+    out += ToString(r.listen) + " -> " + ToString(r.backend);
+    if (!r.is_stream()) {
+      out += std::string(" (") + std::string(ProtocolName(r.listen_protocol)) + " -> " +
+             std::string(ProtocolName(r.backend_protocol)) + ")";
+    }
+  }
+  return out;
+}
+
+bool SameAddress(const SocketAddress& a, const SocketAddress& b) {
+  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
+}
+
+// Whether two rules are the same rule: everything a connection would see alike (the lines the
+// file has them on may differ).
+bool SameRule(const Rule& a, const Rule& b) {
+  if (!SameAddress(a.listen, b.listen) || !SameAddress(a.backend, b.backend) ||
+      !SameAddress(a.source, b.source) || a.listen_protocol != b.listen_protocol ||
+      a.backend_protocol != b.backend_protocol || a.listen_host != b.listen_host ||
+      a.backend_host != b.backend_host || a.udp_timeout_s != b.udp_timeout_s ||
+      a.access.size() != b.access.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.access.size(); ++i) {
+    if (a.access[i].allow != b.access[i].allow || a.access[i].pattern != b.access[i].pattern) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPattern>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto& x, auto& y) {
+           return x.allow == y.allow && x.pattern == y.pattern;
+         });
+}
+
+bool FastEligible(const Rule& r) {
+  return r.is_stream() && r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any();
+}
+
+bool HasId(const std::vector<Rule>& rules, uint32_t id) {
+  return std::any_of(rules.begin(), rules.end(), [&](const Rule& r) { return r.id == id; });
+}
+
+std::vector<Rule> StreamRules(const std::vector<Rule>& rules) {
+  std::vector<Rule> out;
+  std::copy_if(rules.begin(), rules.end(), std::back_inserter(out),
+               [](const Rule& r) { return r.is_stream(); });
+  return out;
+}
+
+std::vector<Rule> DatagramRules(const std::vector<Rule>& rules) {
+  std::vector<Rule> out;
+  std::copy_if(rules.begin(), rules.end(), std::back_inserter(out),
+               [](const Rule& r) { return !r.is_stream(); });
+  return out;
+}
+
+}  // namespace
+
+std::string ReloadSummary::Format() const {
+  return "kept " + std::to_string(kept) + ", changed " + std::to_string(changed) + ", added " +
+         std::to_string(added) + ", removed " + std::to_string(removed);
+}
+
+Service::Service(const Options& options) : options_(options) {}
+
+Service::~Service() { Stop(); }
+
+Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config) {
+  std::unique_ptr<Service> s(new Service(o));
+  s->next_rule_id_ = static_cast<uint32_t>(config.rules.size());  // the parser's ids: 0..n-1
+  s->running_ = std::move(config);
+  const Config& c = s->running_;
+  const std::vector<Rule> stream_rules = StreamRules(c.rules);
+  std::vector<Rule> fast_rules;
+  std::copy_if(stream_rules.begin(), stream_rules.end(), std::back_inserter(fast_rules),
+               FastEligible);
+
+  // The access log first: every path hands it events from its first connection on.
+  if (!c.logfile.empty()) {
+    auto opened = SessionLog::Open(c.logfile, c.log_common, c.rules);
+    if (!opened) return opened.error();
+    s->log_ = std::move(*opened);
+  }
+
+  // The fast path first: it forks its workers, best before the kernel path starts threads.
+  if (o.path != PathChoice::kKernel && !stream_rules.empty()) {
+    FastPathConfig fc;
+    fc.rules = fast_rules;
+    fc.global_access = c.access;
+    fc.log_sessions = s->log_ != nullptr;
+    fc.limits = o.limits;
+    fc.max_connections = o.max_connections;
+    fc.cpus = o.cpus;
+    fc.watchdog = o.watchdog;
+    fc.listen_iface = o.listen_iface;
+    fc.backend_iface = o.backend_iface;
+    fc.backend_ports = o.backend_ports;
+    fc.backend_sources = o.backend_sources;
+    if (o.flow_capacity) fc.steer.flow_capacity = o.flow_capacity;
+    fc.steer.force_generic = o.force_generic;
+    fc.steer.allow_generic = !o.force_native;
+    fc.choose_xdp_mode = !o.force_generic && !o.force_native;
+    fc.multi_buffer = o.multi_buffer;
+    fc.tx_checksum_offload = o.tx_checksum_offload;
+    fc.tx_budget = o.tx_budget;
+    fc.adaptive_fill = o.adaptive_fill;
+    fc.packet_tx = o.packet_tx;
+    fc.small_batches = o.small_batches;
+    fc.zero_copy_relay = o.zero_copy_relay;
+    fc.ooseq_ack_hold = o.ooseq_ack_hold;
+    xdpfwd_lwip_set_bbr(o.bbr);  // read by each lwIP pcb as it is created, on the worker
+    if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
+      return Error{{},
+                   "--path xdp: the fast path takes IPv4 TCP rules with a concrete listen "
+                   "address only; use --path auto or kernel for the others"};
+    }
+    auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
+                                      Error{{}, "no IPv4 rule with a concrete listen address"})
+                                : FastPath::Start(fc);
+    if (f) {
+      s->fast_ = std::move(*f);
+      s->fast_rules_ = fast_rules;
+      s->fast_access_ = c.access;
+    } else if (o.path == PathChoice::kXdp) {
+      return Error{{}, "fast path cannot start: " + f.error().message()};
+    } else {
+      // Auto mode: one line on why, then everything on the kernel path.
+      Log("fast path unavailable, serving everything on the kernel path: " + f.error().message());
+    }
+  }
+  if (o.path != PathChoice::kXdp && !stream_rules.empty()) {
+    if (auto k = s->StartKernelPath(stream_rules); !k) return k.error();
+  }
+  if (s->fast_ && s->log_) {
+    FastPath* f = s->fast_.get();
+    s->log_->AddSource([f](std::vector<SessionEvent>& out) { f->DrainSessions(out); });
+  }
+  if (auto d = s->StartDatagramPath(DatagramRules(c.rules)); !d) return d.error();
+  // Before "ready", so that whoever waits for that line finds the file.
+  s->pid_file_ = std::make_unique<PidFile>(c.pidfile);
+  if (!o.cpus.empty() && !s->fast_) {
+    Log("--cpus: no fast-path worker runs, so nothing is pinned (the kernel path's threads are "
+        "not pinned)");
+  }
+  return s;
+}
+
+Result<void> Service::StartKernelPath(const std::vector<Rule>& stream_rules) {
+  const Options& o = options_;
+  KernelPathConfig kc;
+  kc.rules = stream_rules;
+  kc.global_access = running_.access;
+  kc.sessions = log_.get();
+  kc.limits = o.limits;
+  if (o.max_connections) kc.limits.max_connections = *o.max_connections;
+  kc.threads = o.kernel_threads;
+  kc.copy_buffer_bytes = o.kernel_buffer;
+  kc.use_splice = !o.kernel_copy;
+  kc.busy_poll = o.kernel_busy_poll;
+  kc.backend_sources = o.backend_sources;
+  auto k = KernelPath::Start(kc);
+  if (!k) return Error{{}, "kernel path cannot start: " + k.error().message()};
+  kernel_ = std::move(*k);
+  return {};
+}
+
+Result<void> Service::StartDatagramPath(const std::vector<Rule>& rules) {
+  if (rules.empty()) return {};
+  DatagramPathConfig dc;
+  dc.rules = rules;
+  dc.global_access = running_.access;
+  if (log_) {
+    SessionLog* sink = log_.get();
+    dc.on_session = [sink](const SessionEvent& e) { sink->Record(e); };
+  }
+  auto d = DatagramPath::Start(std::move(dc));
+  if (!d) return Error{{}, "datagram relay cannot start: " + d.error().message()};
+  datagram_ = std::move(*d);
+  return {};
+}
+
+std::string Service::ReadyLine() const {
+  std::string ready =
+      "path=" + std::string(PathName(options_.path)) + " rules: " + RulesLine(running_.rules);
+  if (fast_) ready += "; fast path on " + fast_->description();
+  if (kernel_) {
+    ready += "; kernel path on " + std::to_string(kernel_->threads()) + " thread(s)";
+    if (kernel_->busy_poll()) ready += ", busy-polling";
+  }
+  if (datagram_) {
+    ready +=
+        "; datagram relay for " + std::to_string(DatagramRules(running_.rules).size()) + " rule(s)";
+  }
+  if (log_) ready += "; access log " + running_.logfile;
+  return ready;
+}
+
+void Service::ReopenLog() {
+  if (log_) log_->Reopen();
+}
+
+Result<ReloadSummary> Service::Reload(Config next) {
+  if (stopped_) return Error{{}, "stopped"};
+  ReloadSummary summary;
+  // Ids: a rule the running configuration has word for word keeps its id (and so its
+  // listeners and connections everywhere); any other gets a new one.
+  for (Rule& rule : next.rules) {
+    auto same = std::find_if(running_.rules.begin(), running_.rules.end(),
+                             [&](const Rule& r) { return SameRule(r, rule); });
+    if (same != running_.rules.end()) {
+      rule.id = same->id;
+      ++summary.kept;
+      continue;
+    }
+    rule.id = next_rule_id_++;
+    const bool listened = std::any_of(running_.rules.begin(), running_.rules.end(), [&](auto& r) {
+      return SameAddress(r.listen, rule.listen) && r.listen_protocol == rule.listen_protocol;
+    });
+    ++(listened ? summary.changed : summary.added);
+  }
+  for (const Rule& r : running_.rules) {
+    const bool listened = std::any_of(next.rules.begin(), next.rules.end(), [&](auto& n) {
+      return SameAddress(r.listen, n.listen) && r.listen_protocol == n.listen_protocol;
+    });
+    if (!listened) ++summary.removed;
+  }
+  const bool access_changed = !SameAccess(next.access, running_.access);
+  const std::vector<Rule> stream_rules = StreamRules(next.rules);
+
+  // The fast path's workers hold their rules and global access lists from their start: it
+  // keeps serving the rules that did not change, and hands the others to the kernel path.
+  std::vector<Rule> fast_keep;
+  for (const Rule& r : fast_rules_) {
+    if (HasId(next.rules, r.id) && !access_changed) fast_keep.push_back(r);
+  }
+  const bool fast_loses_new =
+      std::any_of(stream_rules.begin(), stream_rules.end(),
+                  [&](const Rule& r) { return FastEligible(r) && !HasId(fast_keep, r.id); });
+  if (options_.path == PathChoice::kXdp) {
+    if (fast_loses_new || fast_keep.size() != stream_rules.size()) {
+      return Error{{},
+                   "--path xdp: the fast path cannot yet take new or changed rules, or new "
+                   "global allow/deny lines, into its running workers: restart xdpfwd, or run "
+                   "with --path auto (the kernel path then serves them until a restart)"};
+    }
+  }
+  // The kernel path: every stream rule (auto and kernel modes).
+  if (options_.path != PathChoice::kXdp) {
+    if (kernel_) {
+      if (auto r = kernel_->Reload(stream_rules, next.access); !r) return r.error();
+    } else if (!stream_rules.empty()) {
+      running_.access = next.access;
+      if (auto r = StartKernelPath(stream_rules); !r) return r.error();
+    }
+  }
+  if (fast_) {
+    for (const Rule& r : fast_rules_) {
+      if (!HasId(fast_keep, r.id)) fast_->StopAccepting(r.listen.ipv4());
+    }
+    fast_rules_ = fast_keep;
+    if (fast_loses_new) {
+      summary.notes.push_back(
+          "new and changed IPv4 rules are served by the kernel path until a restart (the fast "
+          "path does not yet take rules into running workers)");
+    }
+    if (access_changed) {
+      summary.notes.push_back(
+          "the global allow/deny lines changed: every rule is served by the kernel path until a "
+          "restart");
+    }
+  }
+  // The datagram relay: restarted when its rules changed (its associations end).
+  const std::vector<Rule> datagram_rules = DatagramRules(next.rules);
+  const std::vector<Rule> running_datagram = DatagramRules(running_.rules);
+  const bool datagram_same =
+      !access_changed && datagram_rules.size() == running_datagram.size() &&
+      std::all_of(datagram_rules.begin(), datagram_rules.end(),
+                  [&](const Rule& r) { return HasId(running_datagram, r.id); });
+  if (log_) log_->AddRules(next.rules);
+  const Config previous = running_;
+  running_.rules = next.rules;
+  running_.access = next.access;
+  if (!datagram_same) {
+    if (datagram_) {
+      datagram_->Stop();
+      datagram_.reset();
+      if (!running_datagram.empty()) {
+        summary.notes.push_back("the UDP rules changed: the datagram relay restarted");
+      }
+    }
+    if (auto d = StartDatagramPath(datagram_rules); !d) {
+      summary.notes.push_back(d.error().message());
+    }
+  }
+  // Log and pid files.
+  if (next.logfile != previous.logfile || next.log_common != previous.log_common) {
+    if (log_ && !next.logfile.empty()) {
+      log_->Retarget(next.logfile, next.log_common);
+      running_.logfile = next.logfile;
+      running_.log_common = next.log_common;
+    } else {
+      summary.notes.push_back(
+          std::string("the access log is ") +
+          (log_ ? "still written to " + previous.logfile : std::string("still off")) +
+          ": turning it on or off takes a restart");
+    }
+  }
+  if (next.pidfile != previous.pidfile) {
+    pid_file_ = std::make_unique<PidFile>(next.pidfile);
+    running_.pidfile = next.pidfile;
+  }
+  return summary;
+}
+
+uint64_t Service::OpenConnections() const {
+  uint64_t n = 0;
+  if (fast_) n += fast_->Snapshot().connections;
+  if (kernel_) n += kernel_->Totals().relay.active;
+  return n;
+}
+
+// UDP associations have no end of their own to wait for: they end when the drain starts.
+void Service::Drain(std::chrono::milliseconds limit, const sigset_t& signals) {
+  if (fast_) fast_->StopAccepting();
+  if (kernel_) kernel_->StopAccepting();
+  if (datagram_) datagram_->Stop();
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t open = OpenConnections();
+  const std::string seconds = std::to_string(limit.count() / 1000.0).substr(0, 4) + " s";
+  Log("drain: accepting no new connections; " + std::to_string(open) +
+      " open, waiting for them at most " + seconds +
+      " (a second SIGTERM or SIGINT resets them at once)");
+  ServiceNotify::Stopping("draining: " + std::to_string(open) + " open connection(s)");
+  const timespec poll{0, 100'000'000};  // 10 Hz: each look asks the workers for numbers
+  while (open > 0) {
+    if (std::chrono::steady_clock::now() - start >= limit) {
+      Log("drain: " + std::to_string(open) + " connection(s) still open after " + seconds +
+          ": resetting them");
+      return;
+    }
+    siginfo_t info{};
+    const int sig = sigtimedwait(&signals, &info, &poll);
+    if (sig == SIGINT || sig == SIGTERM) {
+      Log("drain: second signal: resetting " + std::to_string(open) + " open connection(s)");
+      return;
+    }
+    open = OpenConnections();
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  Log("drain: every connection ended (" + std::to_string(took.count()) + " ms)");
+}
+
+void Service::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (fast_) fast_->Stop();
+  if (kernel_) kernel_->Stop();
+  if (datagram_) datagram_->Stop();
+  // The workers' last records are in their rings: written before the fast path goes.
+  if (log_) log_->RemoveSources();
+  PrintStats();
+  pid_file_.reset();
+}
+
+// Whether each spinning thread has its core to itself (docs/tuning.md). Kernel-path threads are
+// never pinned; they spin only with --busy-poll.
+void Service::LogIsolation() const {
+  const FastPath* fast = fast_.get();
+  const KernelPath* kernel = kernel_.get();
+  std::vector<SpinningThread> spinning;
+  if (fast != nullptr) {
+    const std::vector<int> cpus = fast->worker_cpus();
+    for (size_t w = 0; w < cpus.size(); ++w) {
+      spinning.push_back({"fast-path worker " + std::to_string(w), cpus[w]});
+    }
+  }
+  if (kernel != nullptr && kernel->busy_poll()) {
+    spinning.push_back(
+        {std::to_string(kernel->threads()) + " busy-polling kernel-path thread(s)", -1});
+  }
+  if (spinning.empty()) return;
+  std::vector<int> own{static_cast<int>(getpid())};
+  if (fast != nullptr) {
+    for (int pid : fast->worker_pids()) own.push_back(pid);
+  }
+  const IsolationReport r = ReportIsolation(ReadIsolationFacts(own), spinning);
+  for (const std::string& line : r.lines) Log("isolation: " + line);
+  for (const std::string& warning : r.warnings) Log("isolation warning: " + warning);
+}
+
+void Service::PrintStats() const {
+  FastPath* fast = fast_.get();
+  KernelPath* kernel = kernel_.get();
+  DatagramPath* datagram = datagram_.get();
+  SessionLog* log = log_.get();
+  if (fast != nullptr) {
+    // One round of requests to the workers: the sum and each worker's from the same numbers.
+    std::vector<FastPathSnapshot> each;
+    Log("fast path: " + fast->Snapshot(&each).Format());
+    const std::vector<int> pids = fast->worker_pids();
+    if (each.size() > 1) {
+      for (size_t w = 0; w < each.size(); ++w) {
+        const FastPathSnapshot& s = each[w];
+        Log("fast path worker " + std::to_string(w) +
+            ": accepted=" + std::to_string(s.relay.accepted) +
+            " pid=" + std::to_string(w < pids.size() ? pids[w] : -1) + " connections=" +
+            std::to_string(s.connections) + " rx_packets=" + std::to_string(s.rx_packets) +
+            " tx_packets=" + std::to_string(s.tx_packets) + " handoffs_out=" +
+            std::to_string(s.handoffs_out) + " handoffs_in=" + std::to_string(s.handoffs_in) +
+            " handoffs_dropped=" + std::to_string(s.handoffs_dropped) +
+            " worker_busy_ns=" + std::to_string(s.worker_busy_ns) + s.RxByQueue());
+      }
+    }
+    Log("steering: " + fast->SteerCountersLine());
+  }
+  if (kernel != nullptr) Log("kernel path: " + kernel->Totals().Format());
+  if (datagram != nullptr) Log("datagram relay: " + datagram->Totals().Format());
+  if (log != nullptr) {
+    const SessionLog::Stats s = log->stats();
+    const uint64_t ring_dropped = fast != nullptr ? fast->SessionRecordsDropped() : 0;
+    Log("access log: lines=" + std::to_string(s.lines) +
+        " dropped=" + std::to_string(s.dropped + ring_dropped) + " write_errors=" +
+        std::to_string(s.write_errors) + " reopens=" + std::to_string(s.reopens));
+  }
+}
+
+}  // namespace xdpfwd

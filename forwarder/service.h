@@ -1,0 +1,78 @@
+// The xdpfwd process's one owner: starts what a configuration needs (the fast path, the
+// kernel path, the datagram relay, the access log, the pid file), serves a new configuration
+// on SIGHUP without dropping a connection, drains on SIGTERM, and stops. main.cpp takes the
+// signals and calls it; nothing else starts or stops a path.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "forwarder/datagram_path.h"
+#include "forwarder/fast_path.h"
+#include "forwarder/kernel_path.h"
+#include "forwarder/options.h"
+#include "forwarder/rules.h"
+#include "forwarder/session_log.h"
+#include "os/result.h"
+
+namespace xdpfwd {
+
+class PidFile;
+
+// What a reload changed, by rule (Rule::id says which rules are the same).
+struct ReloadSummary {
+  int kept = 0, changed = 0, added = 0, removed = 0;
+  std::vector<std::string> notes;  // what the reload could not do as asked, and why
+  std::string Format() const;      // "kept 2, changed 1, added 0, removed 1"
+};
+
+class Service {
+ public:
+  // Starts every path the configuration's rules need; errors say which path and why (the
+  // caller exits 1).
+  static Result<std::unique_ptr<Service>> Start(const Options& options, Config config);
+  ~Service();  // Stop()
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  std::string ReadyLine() const;  // "path=auto rules: ...; fast path on ...; ..."
+  void LogIsolation() const;      // whether each spinning thread has its core to itself
+  void PrintStats() const;        // every path's counters (SIGUSR1)
+  void ReopenLog();               // logrotate's SIGHUP
+
+  // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
+  // connections; removed rules stop accepting while their connections finish; changed and added
+  // rules take new connections (docs/operations.md says which path serves them). A
+  // configuration that cannot be served leaves the running one in place and says why.
+  Result<ReloadSummary> Reload(Config next);
+
+  // SIGTERM: no path accepts any more; waits while connections are open, at most `limit`, or
+  // until one of `signals` arrives. Stop() then resets what is left.
+  void Drain(std::chrono::milliseconds limit, const sigset_t& signals);
+  void Stop();  // resets what is open, detaches XDP; idempotent
+
+ private:
+  explicit Service(const Options& options);
+  Result<void> StartKernelPath(const std::vector<Rule>& stream_rules);
+  Result<void> StartDatagramPath(const std::vector<Rule>& rules);
+  uint64_t OpenConnections() const;
+
+  const Options options_;
+  Config running_;
+  uint32_t next_rule_id_ = 0;     // ids are never reused: an id names one version of a rule
+  std::vector<Rule> fast_rules_;  // what the fast path's steering still takes
+  std::vector<AccessPattern> fast_access_;  // the global lists the fast path's workers hold
+  std::unique_ptr<SessionLog> log_;
+  std::unique_ptr<FastPath> fast_;
+  std::unique_ptr<KernelPath> kernel_;
+  std::unique_ptr<DatagramPath> datagram_;
+  std::unique_ptr<PidFile> pid_file_;
+  bool stopped_ = false;
+};
+
+}  // namespace xdpfwd

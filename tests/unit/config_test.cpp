@@ -1,0 +1,233 @@
+// rinetd's configuration grammar: every form its man page and shipped rinetd.conf use, the
+// access lists' scope, host and service names, and errors that point at line and column.
+#include "forwarder/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace xdpfwd {
+namespace {
+
+Config Parsed(const std::string& text) {
+  auto config = ParseConfig(text, "rinetd.conf");
+  EXPECT_TRUE(config) << config.error().message();
+  return config ? *config : Config{};
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto config = ParseConfig(text, "rinetd.conf");
+  if (config) return "(parsed)";
+  return config.error().message();
+}
+
+TEST(Config, ParsesRulesWithCommentsTabsAndBlankLines) {
+  const Config c = Parsed(
+      "# rinetd style\n"
+      "\n"
+      "10.0.1.1 9000 10.0.0.2 9001   # web\n"
+      "  10.0.1.1\t9002  10.0.0.3 80\r\n"
+      ":: 9003 2001:db8::2 9003\n"
+      "[::1] 9004 [2001:db8::3] 9005\n");
+  ASSERT_EQ(c.rules.size(), 4u);
+  EXPECT_EQ(ToString(c.rules[0].listen), "10.0.1.1:9000");
+  EXPECT_EQ(ToString(c.rules[0].backend), "10.0.0.2:9001");
+  EXPECT_EQ(c.rules[0].line, 3);
+  EXPECT_EQ(c.rules[1].id, 1u);
+  EXPECT_EQ(ToString(c.rules[1].backend), "10.0.0.3:80");
+  EXPECT_EQ(ToString(c.rules[2].listen), "[::]:9003");
+  EXPECT_EQ(ToString(c.rules[3].listen), "[::1]:9004");
+  EXPECT_EQ(ToString(c.rules[3].backend), "[2001:db8::3]:9005");
+  EXPECT_EQ(c.rules[3].listen_host, "[::1]");
+  for (const Rule& r : c.rules) {
+    EXPECT_TRUE(r.is_stream());
+    EXPECT_EQ(r.udp_timeout_s, kDefaultUdpTimeoutS);
+    EXPECT_EQ(r.source.family(), AF_UNSPEC);
+  }
+  EXPECT_TRUE(c.logfile.empty());
+  EXPECT_FALSE(c.log_common);
+}
+
+// rinetd's shipped rinetd.conf with every example uncommented (less the one rule that listens
+// where another already does: rinetd itself cannot bind both), and the man page's examples.
+TEST(Config, RunsRinetdsOwnExamples) {
+  const Config c = Parsed(
+      "allow 192.168.2.*\n"
+      "deny 192.168.2.1?\n"
+      "allow fe80:*\n"
+      "deny 2001:618:*:e43f\n"
+      "0.0.0.0     80        192.168.1.2     80\n"
+      "::1         80        192.168.1.2     80\n"
+      "127.0.0.1   4000      127.0.0.1       3000\n"
+      "127.0.0.1   4000/udp  127.0.0.1       22           [timeout=1200]\n"
+      "127.0.0.1   8000/udp  192.168.1.2     8000/udp     [src=192.168.1.2,timeout=1200]\n"
+      "206.125.69.81 81  10.1.1.2 80\n"
+      "0.0.0.0 23  10.1.1.2 23\n"
+      "206.125.69.81 80/tcp  10.1.1.2 8000/udp\n"
+      "0.0.0.0 8000/udp  10.1.1.2 80  [timeout=3600]\n"
+      "192.168.1.1 80  10.1.1.127 80  [src=10.1.1.2]\n"
+      "allow 206.125.69.*\n"
+      "logfile /var/log/rinetd.log\n"
+      "logcommon\n"
+      "pidlogfile /var/run/rinetd.pid\n");
+  ASSERT_EQ(c.rules.size(), 10u);
+  ASSERT_EQ(c.access.size(), 4u);
+  EXPECT_TRUE(c.access[0].allow);
+  EXPECT_EQ(c.access[1].pattern, "192.168.2.1?");
+  EXPECT_FALSE(c.access[1].allow);
+  EXPECT_EQ(c.rules[3].listen_protocol, Protocol::kUdp);
+  EXPECT_EQ(c.rules[3].backend_protocol, Protocol::kTcp);
+  EXPECT_EQ(c.rules[3].udp_timeout_s, 1200u);
+  EXPECT_FALSE(c.rules[3].is_stream());
+  EXPECT_EQ(c.rules[4].backend_protocol, Protocol::kUdp);
+  EXPECT_EQ(ToString(c.rules[4].source), "192.168.1.2:0");
+  EXPECT_EQ(c.rules[7].listen_protocol, Protocol::kTcp);
+  EXPECT_EQ(c.rules[7].backend_protocol, Protocol::kUdp);
+  EXPECT_EQ(c.rules[8].udp_timeout_s, 3600u);
+  EXPECT_EQ(ToString(c.rules[9].source), "10.1.1.2:0");
+  // The allow line after the last rule is that rule's own, not a global one.
+  ASSERT_EQ(c.rules[9].access.size(), 1u);
+  EXPECT_EQ(c.rules[9].access[0].pattern, "206.125.69.*");
+  EXPECT_TRUE(c.rules[0].access.empty());
+  EXPECT_EQ(c.logfile, "/var/log/rinetd.log");
+  EXPECT_TRUE(c.log_common);
+  EXPECT_EQ(c.pidfile, "/var/run/rinetd.pid");
+}
+
+TEST(Config, ResolvesServiceAndHostNames) {
+  const Config c = Parsed(
+      "localhost http localhost ssh\n"
+      "127.0.0.1 domain/udp 127.0.0.1 domain/udp\n"
+      "127.0.0.1 https/tcp 127.0.0.1 443 [ src = 127.0.0.2 , timeout = 5 ]\n"
+      "0 8080 127.0.0.1 22[timeout=7]\n");
+  ASSERT_EQ(c.rules.size(), 4u);
+  EXPECT_EQ(c.rules[0].listen.port(), 80);
+  EXPECT_EQ(c.rules[0].backend.port(), 22);
+  EXPECT_EQ(c.rules[0].listen_host, "localhost");
+  EXPECT_EQ(c.rules[0].backend_host, "localhost");
+  EXPECT_NE(c.rules[0].backend.family(), AF_UNSPEC);
+  EXPECT_EQ(c.rules[1].listen.port(), 53);
+  EXPECT_EQ(c.rules[1].listen_protocol, Protocol::kUdp);
+  EXPECT_EQ(c.rules[2].listen.port(), 443);
+  EXPECT_EQ(c.rules[2].udp_timeout_s, 5u);
+  EXPECT_EQ(ToString(c.rules[2].source), "127.0.0.2:0");
+  EXPECT_EQ(ToString(c.rules[3].listen), "0.0.0.0:8080");
+  EXPECT_EQ(c.rules[3].udp_timeout_s, 7u);
+}
+
+TEST(Config, SameListenerIsAnErrorUnlessTheProtocolDiffers) {
+  EXPECT_EQ(Parsed("10.0.1.1 53 10.0.0.2 53\n10.0.1.1 53/udp 10.0.0.2 53/udp\n").rules.size(), 2u);
+  EXPECT_EQ(ErrorOf("10.0.1.1 9000 10.0.0.2 1\n\n10.0.1.1 9000/tcp 10.0.0.3 2\n"),
+            "rinetd.conf:3:1: 10.0.1.1:9000/tcp is already the listen address of line 1");
+}
+
+// Each error says FILE:LINE:COLUMN, what was expected and what was found.
+TEST(Config, ErrorsPointAtLineAndColumn) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  } cases[] = {
+      {"10.0.1.1 9000 10.0.0.2\n",
+       "rinetd.conf:1:23: expected a connect port (a rule is: bindaddress bindport "
+       "connectaddress connectport [options]), found the end of the line"},
+      {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
+       "rinetd.conf:1:29: expected options in brackets ([timeout=N], [src=ADDRESS]) or the end "
+       "of the rule, found 'extra'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
+       "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
+      {"\n10.0.1.1 99999 10.0.0.2 9001\n",
+       "rinetd.conf:2:10: expected a port number from 1 to 65535 or a service name, found "
+       "'99999'"},
+      {"10.0.1.1 nosuchservice 10.0.0.2 9001\n",
+       "rinetd.conf:1:10: expected a port number or a service name from /etc/services, found "
+       "'nosuchservice' (no such tcp service)"},
+      {"10.0.1.1 9000/sctp 10.0.0.2 9001\n",
+       "rinetd.conf:1:14: expected /tcp or /udp after the port, found '/sctp'"},
+      {"10.0.1.1 9000 no-such-host.invalid 9001\n",
+       "rinetd.conf:1:15: host name 'no-such-host.invalid' does not resolve: "},
+      {"10.0.1.1 9000 0.0.0.0 9001\n",
+       "rinetd.conf:1:15: expected an address to connect to, found '0.0.0.0'"},
+      {"10.0.1.1 9000 [10.0.0.2 9001\n",
+       "rinetd.conf:1:15: expected an IPv4 address, an IPv6 address or a host name, found "
+       "'[10.0.0.2'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [timeout=0]\n",
+       "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
+       "rinetd.conf:1:30: expected an option name (timeout, src), found 'speed'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [timeout 5]\n",
+       "rinetd.conf:1:38: expected '=' after timeout, found '5'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5,]\n",
+       "rinetd.conf:1:40: expected another option after ',', found ']'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5\n",
+       "rinetd.conf:1:39: expected ']' to close the options opened at column 29, found the end of "
+       "the line"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [src=::1]\n",
+       "rinetd.conf:1:29: src address [::1]:0 is not of the backend's address family"},
+      {"allow foo.example\n",
+       "rinetd.conf:1:8: expected an address pattern (digits, hex digits, '.', ':', '*', '?'; "
+       "host names are not matched), found 'foo.example'"},
+      {"deny\n",
+       "rinetd.conf:1:5: expected an address pattern after allow/deny, found the end "
+       "of the line"},
+      {"allow 10.* 11.*\n",
+       "rinetd.conf:1:12: expected the end of the line after allow, found "
+       "'11.*'"},
+      {"logfile\n", "rinetd.conf:1:8: expected a file name, found the end of the line"},
+      {"logcommon yes\n",
+       "rinetd.conf:1:11: expected the end of the line after logcommon, found 'yes'"},
+      {"logfile \"/var/log/x\n",
+       "rinetd.conf:1:9: expected a closing '\"' for the quoted name, found the end of the line"},
+      {"# nothing\n\n",
+       "rinetd.conf:3:1: expected at least one rule (bindaddress bindport connectaddress "
+       "connectport), found the end of the file"},
+  };
+  for (const Case& c : cases) {
+    const std::string got = ErrorOf(c.text);
+    EXPECT_EQ(got.rfind(c.expected, 0), 0u)
+        << "text: " << c.text << "got:    " << got << "\nwanted: " << c.expected;
+  }
+}
+
+TEST(Config, QuotedFileNamesAndTheFileOnDisk) {
+  const std::string path = ::testing::TempDir() + "xdpfwd-config-test.conf";
+  {
+    std::ofstream f(path);
+    f << "logfile \"/var/log/with space.log\"\n10.0.1.1 9000 10.0.0.2 9001\n";
+  }
+  auto c = LoadConfigFile(path);
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->logfile, "/var/log/with space.log");
+  std::remove(path.c_str());
+  auto missing = LoadConfigFile("/nonexistent/xdpfwd.conf");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("/nonexistent/xdpfwd.conf"), std::string::npos);
+}
+
+TEST(Config, DescribeSaysWhichPathServesEachRule) {
+  const std::string text =
+      DescribeConfig(Parsed("deny 10.9.*\n"
+                            "10.0.1.1 9000 10.0.0.2 9001\n"
+                            "allow 10.1.*\n"
+                            "0.0.0.0 9001 10.0.0.2 9001\n"
+                            "10.0.1.1 53/udp 10.0.0.2 53/udp [timeout=9]\n"
+                            "logfile /tmp/x.log\n"));
+  EXPECT_NE(text.find("global access (checked first, for every rule):\n  deny 10.9.*"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rule 0 (line 2): 10.0.1.1:9000/tcp -> 10.0.0.2:9001/tcp\n  served by: "
+                      "the fast path"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  allow 10.1.*    (line 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find("rule 1 (line 4): 0.0.0.0:9001/tcp -> 10.0.0.2:9001/tcp\n  served by: "
+                      "the kernel path"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("served by: the datagram relay (kernel sockets), idle timeout 9 s"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("access log: /tmp/x.log (rinetd format)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace xdpfwd
