@@ -199,9 +199,10 @@ Result<void> Loop::OpenListener(const Rule& rule, uint64_t seed) {
   if (!udp && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
     return SystemError(where + ": SO_REUSEADDR");
   }
+  // [::]:port serves IPv4 clients too unless an IPv4 rule of this path takes the port.
+  const int v6only = ListenIpv6Only(rule, config_.rules) ? 1 : 0;
   if (rule.listen.family() == AF_INET6 &&
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
-    // [::]:port serves IPv6 only, so a rule for 0.0.0.0:port can coexist with it.
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only)) != 0) {
     return SystemError(where + ": IPV6_V6ONLY");
   }
   if (bind(fd, rule.listen.get(), rule.listen.length) != 0) return SystemError(where);

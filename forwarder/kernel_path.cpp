@@ -210,7 +210,8 @@ Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
         current->accepting && std::any_of(current->rules.begin(), current->rules.end(),
                                           [&](const Rule* r) { return same_listen(*r, rule); });
     if (!listening) {
-      if (auto bindable = kernel_path::CheckListenAddress(rule.listen); !bindable) {
+      if (auto bindable = kernel_path::CheckListenAddress(rule.listen, ListenIpv6Only(rule, rules));
+          !bindable) {
         return Error{{}, what + ": " + bindable.error().message()};
       }
     }

@@ -130,15 +130,17 @@ Result<void> CheckSourceAddress(const SocketAddress& source) {
   return {};
 }
 
-Result<void> CheckListenAddress(const SocketAddress& listen) {
+Result<void> CheckListenAddress(const SocketAddress& listen, bool ipv6_only) {
   const std::string where = "listen " + ToString(listen);
   UniqueFd fd(socket(listen.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd) return SystemError(where);
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-  if (listen.family() == AF_INET6)
-    setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  const int v6only = ipv6_only ? 1 : 0;
+  if (listen.family() == AF_INET6) {
+    setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+  }
   if (bind(fd.get(), listen.get(), listen.length) != 0) return SystemError(where);
   return {};
 }

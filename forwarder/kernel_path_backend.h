@@ -43,7 +43,7 @@ Result<void> CheckBackendSources(const std::vector<in_addr>& sources);
 Result<void> CheckSourceAddress(const SocketAddress& source);
 // Whether a listener can be bound to `listen` (SO_REUSEPORT, as the loops bind theirs): a
 // reload's new listen address is checked before any thread is told to serve it.
-Result<void> CheckListenAddress(const SocketAddress& listen);
+Result<void> CheckListenAddress(const SocketAddress& listen, bool ipv6_only);
 
 // A backend leg's hold on its (source, backend) pair, given back with Release.
 struct BackendLease {

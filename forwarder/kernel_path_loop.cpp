@@ -221,8 +221,8 @@ Result<std::unique_ptr<Loop::Listener>> Loop::OpenListener(const Rule& rule) {
     }
   }
   if (rule.listen.family() == AF_INET6) {
-    // [::]:port serves IPv6 only, so a rule for 0.0.0.0:port can coexist with it.
-    if (auto set = SetOption(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, where, "IPV6_V6ONLY"); !set) {
+    const int v6only = ListenIpv6Only(rule, board_.Current()->rules) ? 1 : 0;
+    if (auto set = SetOption(fd, IPPROTO_IPV6, IPV6_V6ONLY, v6only, where, "IPV6_V6ONLY"); !set) {
       return set.error();
     }
   }

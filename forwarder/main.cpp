@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (options->help) {
-    std::fputs(xdpfwd::Usage(), stdout);
+    std::fputs(xdpfwd::HelpText(*options).c_str(), stdout);
     return 0;
   }
   if (options->version) {

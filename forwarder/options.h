@@ -1,5 +1,5 @@
 // The xdpfwd command line: one rule as two words (LISTEN BACKEND) or a rules file (-c), the path
-// to run, and the limits and knobs of each path.
+// to run, its limits, and the measurement levers as one Tuning (--tune, forwarder/tuning.h).
 #pragma once
 
 #include <netinet/in.h>
@@ -13,6 +13,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/rules.h"
+#include "forwarder/tuning.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -35,9 +36,9 @@ struct Options {
   // SIGTERM/SIGINT: stop accepting, let open connections finish this long, reset the rest.
   std::chrono::milliseconds drain_timeout{30'000};
   int kernel_threads = 0;
-  bool kernel_copy = false;       // buffered copy instead of splice on the kernel path
-  bool kernel_busy_poll = false;  // kernel path loop threads spin instead of sleeping
-  size_t kernel_buffer = 64 * 1024;
+  // --busy-poll: the kernel path's loop threads spin instead of sleeping. An operator's choice
+  // (latency for a CPU per thread), not a lever: docs/tuning.md says why.
+  bool kernel_busy_poll = false;
   // --backend-source: local IPv4 addresses backend legs are bound to, used in turn. Empty: the
   // kernel's choice (the route's source address).
   std::vector<in_addr> backend_sources;
@@ -51,31 +52,12 @@ struct Options {
   // (generic on veth, native elsewhere, forwarder/link_fit.h), native falling back to generic.
   bool force_generic = false;
   bool force_native = false;
-  // --multi-buffer off: AF_XDP sockets without XDP_USE_SG (one packet per frame; A/B runs).
-  bool multi_buffer = true;
-  // --tx-checksum software / --tx-budget off: the fast path's TX offloads off (A/B runs).
-  bool tx_checksum_offload = true;
-  bool tx_budget = true;
-  // --fill-depth adaptive|full: the fill ring keeps few frames posted under steady load (warm
-  // ones) and deepens after a burst, or always all of them (A/B runs).
-  bool adaptive_fill = true;
-  // --tx af-xdp|packet: how the fast path sends. Unset: a packet socket with GSO on interfaces
-  // whose AF_XDP sockets run in copy mode, the AF_XDP socket where it is zero-copy.
-  std::optional<bool> packet_tx;
-  // --tx-small af-xdp|packet: with the packet socket, where batches of single segments go.
-  SmallBatchTx small_batches = SmallBatchTx::kAcksThroughPacket;
-  // --relay-copy always|when-queued: false copies every relayed byte (lwIP's tcp_write with
-  // COPY); true sends bytes that leave at once from their receive frame (lwIP patch 0032).
-  bool zero_copy_relay = true;
-  // --ooseq-ack hold|now: the ACK of out-of-order data waits one worker iteration (lwIP patch
-  // 0033: through veth a peer's segments arrive out of order without loss), or leaves at once.
-  bool ooseq_ack_hold = true;
-  // --congestion-control cubic|bbr: the fast path's lwIP legs (lwIP patches 0018 and 0031).
-  // BBR by default: measured faster under random loss and no slower without (docs/stack.md).
-  bool bbr = true;
+  // --tune KEY=VALUE: the measurement levers, one value for both paths (forwarder/tuning.h).
+  Tuning tuning;
   int stats_interval_s = 0;
   int verbosity = 0;
-  bool help = false;
+  bool help = false;       // -h, --help; also set by --help-tune
+  bool help_tune = false;  // --help-tune
   bool version = false;
 };
 
@@ -83,6 +65,8 @@ struct Options {
 // value"; "--" ends the options.
 Result<Options> ParseCommandLine(const std::vector<std::string>& args);
 const char* Usage();
+// What --help (Usage) or --help-tune (TuningHelp) prints.
+std::string HelpText(const Options& o);
 std::string_view PathName(PathChoice path);
 
 // "ADDR[,ADDR...]": distinct IPv4 unicast addresses, at least one.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "os/endpoint.h"
@@ -74,6 +75,29 @@ struct Rule {
     return listen_protocol == Protocol::kTcp && backend_protocol == Protocol::kTcp;
   }
 };
+
+// Whether a listener for `rule` must serve IPv6 only (IPV6_V6ONLY). A [::] listener serves IPv4
+// clients too, as rinetd's does under Linux's default net.ipv6.bindv6only=0, unless an IPv4
+// rule of `others` listens on the same port and protocol: a dual-stack socket would collide
+// with it. `others` holds Rule or const Rule* elements.
+template <typename Rules>
+bool ListenIpv6Only(const Rule& rule, const Rules& others) {
+  if (rule.listen.family() != AF_INET6 || !rule.listen.is_any()) return true;
+  for (const auto& element : others) {
+    const Rule& other = [&]() -> const Rule& {
+      if constexpr (std::is_pointer_v<std::decay_t<decltype(element)>>) {
+        return *element;
+      } else {
+        return element;
+      }
+    }();
+    if (other.listen.is_ipv4() && other.listen.port() == rule.listen.port() &&
+        other.listen_protocol == rule.listen_protocol) {
+      return true;
+    }
+  }
+  return false;
+}
 
 // A whole configuration: rinetd's file (forwarder/config.h) or one command-line rule.
 struct Config {

@@ -156,15 +156,8 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     fc.steer.force_generic = o.force_generic;
     fc.steer.allow_generic = !o.force_native;
     fc.choose_xdp_mode = !o.force_generic && !o.force_native;
-    fc.multi_buffer = o.multi_buffer;
-    fc.tx_checksum_offload = o.tx_checksum_offload;
-    fc.tx_budget = o.tx_budget;
-    fc.adaptive_fill = o.adaptive_fill;
-    fc.packet_tx = o.packet_tx;
-    fc.small_batches = o.small_batches;
-    fc.zero_copy_relay = o.zero_copy_relay;
-    fc.ooseq_ack_hold = o.ooseq_ack_hold;
-    xdpfwd_lwip_set_bbr(o.bbr);  // read by each lwIP pcb as it is created, on the worker
+    o.tuning.ApplyTo(fc);
+    xdpfwd_lwip_set_bbr(o.tuning.bbr);  // read by each lwIP pcb as it is created, on the worker
     if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
       return Error{{},
                    "--path xdp: the fast path takes IPv4 TCP rules with a concrete listen "
@@ -210,9 +203,8 @@ Result<void> Service::StartKernelPath(const std::vector<Rule>& stream_rules) {
   kc.limits = o.limits;
   if (o.max_connections) kc.limits.max_connections = *o.max_connections;
   kc.threads = o.kernel_threads;
-  kc.copy_buffer_bytes = o.kernel_buffer;
-  kc.use_splice = !o.kernel_copy;
   kc.busy_poll = o.kernel_busy_poll;
+  o.tuning.ApplyTo(kc);
   kc.backend_sources = o.backend_sources;
   auto k = KernelPath::Start(kc);
   if (!k) return Error{{}, "kernel path cannot start: " + k.error().message()};
@@ -282,6 +274,8 @@ Result<ReloadSummary> Service::Reload(Config next) {
   }
   const bool access_changed = !SameAccess(next.access, running_.access);
   const std::vector<Rule> stream_rules = StreamRules(next.rules);
+  // Known to the access log before any path can report a connection of a new id.
+  if (log_) log_->AddRules(next.rules);
 
   // The fast path's workers hold their rules and global access lists from their start: it
   // keeps serving the rules that did not change, and hands the others to the kernel path.
@@ -332,7 +326,6 @@ Result<ReloadSummary> Service::Reload(Config next) {
       !access_changed && datagram_rules.size() == running_datagram.size() &&
       std::all_of(datagram_rules.begin(), datagram_rules.end(),
                   [&](const Rule& r) { return HasId(running_datagram, r.id); });
-  if (log_) log_->AddRules(next.rules);
   const Config previous = running_;
   running_.rules = next.rules;
   running_.access = next.access;

@@ -118,7 +118,8 @@ class UdpEcho {
   std::thread thread_;
 };
 
-class ServiceConfigTest : public ::testing::TestWithParam<const char*> {
+// Root, and a directory of its own for the files a test writes.
+class ServiceFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
@@ -131,6 +132,9 @@ class ServiceConfigTest : public ::testing::TestWithParam<const char*> {
   }
   std::string dir_;
 };
+
+class ServiceConfigTest : public ServiceFilesTest,
+                          public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ServiceConfigTest, AccessListsAccessLogAndPidFileAsRinetd) {
   Topology topo;
@@ -233,6 +237,26 @@ TEST_P(ServiceConfigTest, AccessListsAccessLogAndPidFileAsRinetd) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, ServiceConfigTest, ::testing::Values("xdp", "kernel"),
                          [](const auto& p) { return std::string(p.param); });
+
+// rinetd's "::" listener serves IPv4 clients (the kernel path, as rinetd does on Linux), and
+// their address is matched against IPv4 patterns.
+TEST_F(ServiceFilesTest, WildcardIpv6RuleServesIpv4ClientsOnTheKernelPath) {
+  Topology topo;
+  EchoServer echo(TcpListen(topo.server_ns(), topo.server_addr(), kBackendPort));
+  const std::string client = ToString(topo.client_addr());
+  const std::string config_path = dir_ + "/rinetd.conf";
+  {
+    std::ofstream f(config_path);
+    f << ":: " << kOpenPort << " " << ToString(topo.server_addr()) << " " << kBackendPort << "\n"
+      << "allow " << client.substr(0, client.rfind('.') + 1) << "*\n";
+  }
+  auto fwd = ForwarderProcess::WithConfig("kernel", config_path);
+  UniqueFd c = TcpConnect(topo.client_ns(), topo.client_gw(), kOpenPort);
+  ReceiveWithin(c.get(), 10s);
+  const StreamStats sent = SendPattern(c.get(), 5, 1000);
+  EXPECT_EQ(ReceiveAll(c.get()).bytes, sent.bytes);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
 
 // SIGTERM's drain, through the binary on each path: new clients are refused at once, a
 // connection mid-transfer finishes with every byte, and the process then exits 0 by itself

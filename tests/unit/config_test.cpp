@@ -188,6 +188,24 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
   }
 }
 
+// rinetd's "::" listener takes IPv4 clients too (Linux's bindv6only=0), unless an IPv4 rule
+// has the port: then it must be IPv6-only to coexist.
+TEST(Config, WildcardIpv6ListenersAreDualStackUnlessAnIpv4RuleHasThePort) {
+  const Config c = Parsed(
+      ":: 80 10.0.0.2 80\n"
+      ":: 443 10.0.0.2 443\n"
+      "0.0.0.0 443 10.0.0.3 443\n"
+      "::1 8080 10.0.0.2 80\n"
+      ":: 53/udp 10.0.0.53 53/udp\n"
+      "0.0.0.0 53 10.0.0.53 53\n");
+  EXPECT_FALSE(ListenIpv6Only(c.rules[0], c.rules));
+  EXPECT_TRUE(ListenIpv6Only(c.rules[1], c.rules));
+  EXPECT_TRUE(ListenIpv6Only(c.rules[3], c.rules));   // not a wildcard: nothing to share
+  EXPECT_FALSE(ListenIpv6Only(c.rules[4], c.rules));  // the IPv4 rule on 53 is TCP
+  std::vector<const Rule*> pointers{&c.rules[1], &c.rules[2]};
+  EXPECT_TRUE(ListenIpv6Only(c.rules[1], pointers));
+}
+
 TEST(Config, QuotedFileNamesAndTheFileOnDisk) {
   const std::string path = ::testing::TempDir() + "xdpfwd-config-test.conf";
   {

@@ -1,14 +1,21 @@
 // Command-line parsing: --backend-source (the list, its errors), --max-connections per path,
-// --cpus, and the sysctl text the kernel path reads its local port range from.
+// --cpus, --tune and its table (with docs/tuning.md's copy), --help's text, and the sysctl text
+// the kernel path reads its local port range from.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/options.h"
+#include "forwarder/tuning.h"
 
 namespace xdpfwd {
 namespace {
@@ -144,103 +151,203 @@ TEST(XdpModeOption, AutomaticUnlessOneModeIsGiven) {
   auto generic = Parse({"--generic"});
   ASSERT_TRUE(generic.ok()) << generic.error().message();
   EXPECT_TRUE(generic->force_generic);
-  EXPECT_TRUE(unset->multi_buffer);
-  auto single = Parse({"--multi-buffer", "off"});
-  ASSERT_TRUE(single.ok()) << single.error().message();
-  EXPECT_FALSE(single->multi_buffer);
-  EXPECT_NE(ErrorOf({"--multi-buffer", "maybe"}).find("expected on or off"), std::string::npos);
   auto both = Parse({"--generic", "--native"});
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.error().message().find("give one XDP attach mode"), std::string::npos)
       << both.error().message();
 }
 
-TEST(TxOption, AfXdpOrPacketSocketUnsetMeansChosenPerInterface) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_FALSE(unset->packet_tx.has_value());
-  auto packet = Parse({"--tx", "packet"});
-  ASSERT_TRUE(packet) << packet.error().message();
-  EXPECT_EQ(packet->packet_tx, std::optional<bool>(true));
-  auto af_xdp = Parse({"--tx", "af-xdp"});
-  ASSERT_TRUE(af_xdp) << af_xdp.error().message();
-  EXPECT_EQ(af_xdp->packet_tx, std::optional<bool>(false));
-  EXPECT_NE(ErrorOf({"--tx", "xsk"}).find("expected af-xdp or packet"), std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--tx af-xdp|packet"), std::string::npos);
+// ---- The measurement levers: --tune KEY=VALUE, one table (forwarder/tuning.h) ----
+
+Tuning TuningOf(const std::vector<std::string>& args) {
+  auto o = Parse(args);
+  EXPECT_TRUE(o) << o.error().message();
+  return o ? o->tuning : Tuning{};
 }
 
-TEST(RelayCopyOption, AlwaysOrWhenQueued) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_TRUE(unset->zero_copy_relay);
-  auto always = Parse({"--relay-copy", "always"});
-  ASSERT_TRUE(always) << always.error().message();
-  EXPECT_FALSE(always->zero_copy_relay);
-  auto queued = Parse({"--relay-copy", "when-queued"});
-  ASSERT_TRUE(queued) << queued.error().message();
-  EXPECT_TRUE(queued->zero_copy_relay);
-  EXPECT_NE(ErrorOf({"--relay-copy", "never"}).find("expected always or when-queued"),
-            std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--relay-copy always|when-queued"), std::string::npos);
-}
+// Each key sets its own field of Tuning (what the paths read).
+TEST(TuneOption, EachKeySetsItsLever) {
+  const Tuning d;
+  EXPECT_TRUE(d.adaptive_fill);
+  EXPECT_FALSE(d.packet_tx.has_value());
+  EXPECT_EQ(d.small_batches, SmallBatchTx::kAcksThroughPacket);
+  EXPECT_TRUE(d.zero_copy_relay);
+  EXPECT_TRUE(d.ooseq_ack_hold);
+  EXPECT_TRUE(d.tx_budget);
+  EXPECT_TRUE(d.multi_buffer);
+  EXPECT_TRUE(d.tx_checksum_offload);
+  EXPECT_TRUE(d.bbr);
+  EXPECT_FALSE(d.kernel_copy);
+  EXPECT_EQ(d.kernel_buffer, 65536u);
 
-TEST(TxSmallOption, AfXdpAcksOrPacket) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_EQ(unset->small_batches, SmallBatchTx::kAcksThroughPacket);
+  EXPECT_FALSE(TuningOf({"--tune", "fill-depth=full"}).adaptive_fill);
+  EXPECT_EQ(TuningOf({"--tune", "tx=packet"}).packet_tx, std::optional<bool>(true));
+  EXPECT_EQ(TuningOf({"--tune", "tx=af-xdp"}).packet_tx, std::optional<bool>(false));
+  EXPECT_EQ(TuningOf({"--tune", "tx=auto"}).packet_tx, std::nullopt);
   for (const auto& [word, want] : {std::pair{"af-xdp", SmallBatchTx::kAfXdp},
                                    std::pair{"acks", SmallBatchTx::kAcksThroughPacket},
                                    std::pair{"packet", SmallBatchTx::kPacket}}) {
-    auto o = Parse({"--tx-small", word});
-    ASSERT_TRUE(o) << o.error().message();
-    EXPECT_EQ(o->small_batches, want) << word;
+    EXPECT_EQ(TuningOf({"--tune", std::string("tx-small=") + word}).small_batches, want) << word;
   }
-  EXPECT_NE(ErrorOf({"--tx-small", "xsk"}).find("expected af-xdp, acks or packet"),
-            std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--tx-small af-xdp|acks|packet"), std::string::npos);
+  EXPECT_FALSE(TuningOf({"--tune", "relay-copy=always"}).zero_copy_relay);
+  EXPECT_FALSE(TuningOf({"--tune", "ooseq-ack=now"}).ooseq_ack_hold);
+  EXPECT_FALSE(TuningOf({"--tune", "tx-budget=kernel"}).tx_budget);
+  EXPECT_FALSE(TuningOf({"--tune", "multi-buffer=off"}).multi_buffer);
+  EXPECT_FALSE(TuningOf({"--tune", "tx-checksum=software"}).tx_checksum_offload);
+  EXPECT_FALSE(TuningOf({"--tune", "congestion-control=cubic"}).bbr);
+  EXPECT_TRUE(TuningOf({"--tune", "copy=on"}).kernel_copy);
+  EXPECT_EQ(TuningOf({"--tune", "buffer-size=4096"}).kernel_buffer, 4096u);
+  EXPECT_EQ(TuningOf({"--tune=buffer-size=1048576"}).kernel_buffer, 1048576u);
 }
 
-TEST(FillDepthOption, AdaptiveOrFull) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_TRUE(unset->adaptive_fill);
-  auto full = Parse({"--fill-depth", "full"});
-  ASSERT_TRUE(full) << full.error().message();
-  EXPECT_FALSE(full->adaptive_fill);
-  auto adaptive = Parse({"--fill-depth", "adaptive"});
-  ASSERT_TRUE(adaptive) << adaptive.error().message();
-  EXPECT_TRUE(adaptive->adaptive_fill);
-  EXPECT_NE(ErrorOf({"--fill-depth", "512"}).find("expected adaptive or full"), std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--fill-depth adaptive|full"), std::string::npos);
+// Every key takes its own default (and changes nothing with it), and every word it lists.
+TEST(TuneOption, EveryKeyParsesItsDefaultAndEachOfItsWords) {
+  ASSERT_GE(TuningKeys().size(), 11u);
+  const Tuning defaults;
+  for (const TuningKey& k : TuningKeys()) {
+    const std::string key(k.key);
+    const Tuning t = TuningOf({"--tune", key + "=" + k.Default()});
+    for (const TuningKey& other : TuningKeys()) {
+      EXPECT_EQ(other.ValueOf(t), other.ValueOf(defaults)) << key << " moved " << other.key;
+    }
+    if (k.words.empty()) {
+      for (const uint64_t n : {k.min, k.max}) {
+        const std::string value = std::to_string(n);
+        EXPECT_EQ(k.ValueOf(TuningOf({"--tune", key + "=" + value})), value) << key;
+      }
+      continue;
+    }
+    std::istringstream words(k.Values());
+    for (std::string word; std::getline(words, word, '|');) {
+      EXPECT_EQ(k.ValueOf(TuningOf({"--tune", key + "=" + word})), word) << key;
+    }
+  }
 }
 
-TEST(OoseqAckOption, HoldOrNow) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_TRUE(unset->ooseq_ack_hold);
-  auto now = Parse({"--ooseq-ack", "now"});
-  ASSERT_TRUE(now) << now.error().message();
-  EXPECT_FALSE(now->ooseq_ack_hold);
-  auto hold = Parse({"--ooseq-ack", "hold"});
-  ASSERT_TRUE(hold) << hold.error().message();
-  EXPECT_TRUE(hold->ooseq_ack_hold);
-  EXPECT_NE(ErrorOf({"--ooseq-ack", "later"}).find("expected hold or now"), std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--ooseq-ack hold|now"), std::string::npos);
+TEST(TuneOption, ErrorsNameTheKeyAndWhatItTakes) {
+  EXPECT_EQ(ErrorOf({"--tune", "tx-small=x"}),
+            "--tune tx-small=x: expected af-xdp, acks or packet");
+  EXPECT_EQ(ErrorOf({"--tune", "multi-buffer=maybe"}),
+            "--tune multi-buffer=maybe: expected on or off");
+  EXPECT_EQ(ErrorOf({"--tune", "tx="}), "--tune tx=: expected auto, af-xdp or packet");
+  EXPECT_EQ(ErrorOf({"--tune", "buffer-size=4095"}),
+            "--tune buffer-size=4095: expected a number from 4096 to 67108864");
+  EXPECT_EQ(ErrorOf({"--tune", "buffer-size=64k"}),
+            "--tune buffer-size=64k: expected a number from 4096 to 67108864");
+  const std::string unknown = ErrorOf({"--tune", "tx-smal=acks"});
+  EXPECT_EQ(unknown.rfind("--tune tx-smal=acks: no key tx-smal; the keys: fill-depth, tx, ", 0), 0u)
+      << unknown;
+  EXPECT_NE(unknown.find("buffer-size"), std::string::npos) << unknown;
+  EXPECT_EQ(ErrorOf({"--tune", "tx-small"}),
+            "--tune tx-small: expected KEY=VALUE (xdpfwd --help-tune lists the keys)");
+  auto missing = ParseCommandLine({"10.0.1.1:9000", "10.0.0.2:9001", "--tune"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().message(), "--tune needs a value");
 }
 
-TEST(CongestionControlOption, CubicOrBbr) {
-  auto unset = Parse({});
-  ASSERT_TRUE(unset) << unset.error().message();
-  EXPECT_TRUE(unset->bbr);
-  auto bbr = Parse({"--congestion-control", "bbr"});
-  ASSERT_TRUE(bbr) << bbr.error().message();
-  EXPECT_TRUE(bbr->bbr);
-  auto cubic = Parse({"--congestion-control", "cubic"});
-  ASSERT_TRUE(cubic) << cubic.error().message();
-  EXPECT_FALSE(cubic->bbr);
-  EXPECT_NE(ErrorOf({"--congestion-control", "reno"}).find("expected cubic or bbr"),
-            std::string::npos);
-  EXPECT_NE(std::string(Usage()).find("--congestion-control cubic|bbr"), std::string::npos);
+TEST(TuneOption, RepeatableAndTheLastValueOfAKeyWins) {
+  const Tuning t = TuningOf({"--tune", "tx=packet", "--tune", "ooseq-ack=now", "--tune",
+                             "tx=af-xdp", "--tune", "buffer-size=8192"});
+  EXPECT_EQ(t.packet_tx, std::optional<bool>(false));
+  EXPECT_FALSE(t.ooseq_ack_hold);
+  EXPECT_EQ(t.kernel_buffer, 8192u);
+  EXPECT_TRUE(t.adaptive_fill);
+}
+
+// The old spellings (--tx-small packet, --copy) still parse, into the same lever, so that
+// scripts and tests written before --tune keep working; --help no longer shows them.
+TEST(TuneOption, OldFlagsAreAliasesOfTheirKey) {
+  for (const TuningKey& k : TuningKeys()) {
+    if (k.key == "copy") continue;  // a flag without a value: below
+    const std::string key(k.key);
+    const std::string value =
+        k.words.empty() ? std::to_string(k.max) : k.Values().substr(0, k.Values().find('|'));
+    const Tuning old = TuningOf({"--" + key, value});
+    const Tuning tuned = TuningOf({"--tune", key + "=" + value});
+    for (const TuningKey& each : TuningKeys()) {
+      EXPECT_EQ(each.ValueOf(old), each.ValueOf(tuned)) << "--" << key << " " << value;
+    }
+  }
+  EXPECT_TRUE(TuningOf({"--copy"}).kernel_copy);
+  EXPECT_EQ(ErrorOf({"--tx-small", "x"}), "--tune tx-small=x: expected af-xdp, acks or packet");
+}
+
+TEST(TuneOption, HelpShowsTuneNotTheLeversOldFlags) {
+  const std::string usage = Usage();
+  EXPECT_NE(usage.find("--tune KEY=VALUE"), std::string::npos);
+  EXPECT_NE(usage.find("--help-tune"), std::string::npos);
+  for (const TuningKey& k : TuningKeys()) {
+    const std::string flag = "--" + std::string(k.key);
+    for (size_t at = usage.find(flag); at != std::string::npos; at = usage.find(flag, at + 1)) {
+      const char next = at + flag.size() < usage.size() ? usage[at + flag.size()] : ' ';
+      EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(next)) || next == '-')
+          << flag << " is in --help";
+    }
+  }
+}
+
+TEST(TuneOption, HelpTuneListsEveryKeyItsValuesAndDefault) {
+  auto o = ParseCommandLine({"--help-tune"});
+  ASSERT_TRUE(o) << o.error().message();
+  EXPECT_TRUE(o->help_tune);
+  const std::string text = HelpText(*o);
+  EXPECT_EQ(text, TuningHelp());
+  for (const TuningKey& k : TuningKeys()) {
+    const std::string row = "\n  " + std::string(k.key) + " ";
+    const size_t at = text.find(row);
+    ASSERT_NE(at, std::string::npos) << k.key;
+    const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    EXPECT_NE(line.find(" " + k.Values() + " "), std::string::npos) << line;
+    EXPECT_EQ(line.substr(line.rfind(' ') + 1), k.Default()) << line;
+  }
+  auto help = ParseCommandLine({"--help"});
+  ASSERT_TRUE(help) << help.error().message();
+  EXPECT_EQ(HelpText(*help), Usage());
+}
+
+TEST(TuneOption, HelpLinesFitOneHundredColumns) {
+  for (const std::string& text : {std::string(Usage()), TuningHelp()}) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_LE(line.size(), 100u) << line;
+      EXPECT_EQ(line.find('\t'), std::string::npos) << line;
+    }
+  }
+}
+
+// docs/tuning.md has the table by hand: a row per key, with its values and its default, so
+// the two cannot drift apart unseen.
+TEST(TuneOption, DocsTuningHasARowForEveryKey) {
+  const std::filesystem::path docs =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "docs" /
+      "tuning.md";
+  std::ifstream file(docs);
+  ASSERT_TRUE(file) << docs << " cannot be read";
+  std::map<std::string, std::string> rows;  // key -> its row
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const size_t end = line.find('`', 3);
+    if (end != std::string::npos) rows[line.substr(3, end - 3)] = line;
+  }
+  for (const TuningKey& k : TuningKeys()) {
+    const std::string key(k.key);
+    if (!rows.count(key)) {
+      ADD_FAILURE() << "docs/tuning.md has no row | `" << key << "` |";
+      continue;
+    }
+    const std::string& row = rows[key];
+    std::vector<std::string> cells;
+    for (size_t at = 1, bar; (bar = row.find(" |", at)) != std::string::npos; at = bar + 2) {
+      cells.push_back(row.substr(at + 1, bar - at - 1));
+    }
+    ASSERT_GE(cells.size(), 4u) << row;
+    // "`af-xdp`, `acks`, `packet`" for af-xdp|acks|packet ("|" would end the cell).
+    std::string values = cells[1];
+    values.erase(std::remove(values.begin(), values.end(), '`'), values.end());
+    for (size_t at; (at = values.find(", ")) != std::string::npos;) values.replace(at, 2, "|");
+    EXPECT_EQ(values, k.Values()) << row;
+    EXPECT_EQ(cells[2], "`" + k.Default() + "`") << row;
+  }
 }
 
 TEST(StallTimeoutOption, DefaultTwoMinutesZeroTurnsItOff) {
