@@ -21,6 +21,9 @@ CLOSE_ORDERS = ("server", "client")
 CLOSE_LABEL = {"server": "server closes first", "client": "client closes first"}
 # The issue's scale for the fast path's memory target.
 IDLE_TARGET = 100_000
+# The access log's cost: connections/s with it on at least this share of the same fast path's
+# without it, in the same run (xdpfwd-xdp-log against xdpfwd-xdp).
+LOG_RATE_TARGET = 0.95
 
 
 def log(msg):
@@ -45,6 +48,8 @@ def fmt_value(v):
                     ([f"TCP sockets after {c['sockets_after']}"] if "sockets_after" in c else []))
                 for side, c in v["namespaces"].items())
         return out
+    if isinstance(v, dict) and "forwarder_lines" in v:
+        return access_log_text(v)
     if isinstance(v, dict) and "held" in v:
         return (f"held {v['held']:,} of {v['requested']:,} (opened {v['opened']:,}, proven at "
                 f"open {v['verified_open']:,}, at close {v['verified_close']:,}, dropped "
@@ -67,6 +72,19 @@ def tw_overflow_text(v):
     """TIME_WAIT sockets each namespace could not keep in a rate test."""
     ns = v.get("namespaces") or {}
     return ", ".join(f"{side} {c['tw_overflow']:,}" for side, c in ns.items() if c.get("tw_overflow"))
+
+
+def access_log_text(a):
+    """An access log's count (bench/run's XdpfwdLog.check_log) in words."""
+    return (f"{a['lines']:,} whole lines, expected {a['expected']:,} (2 × {a['accepted']:,} "
+            f"accepted; {a['opened']:,} 'opened'), torn {a['torn']:,}; the forwarder counted "
+            f"lines={a['forwarder_lines']:,} dropped={a['dropped']:,} "
+            f"write_errors={a['write_errors']:,}; {a['bytes'] / MIB:,.1f} MiB; control process "
+            f"CPU {cell(a.get('control_us_per_conn'), 2)} µs/connection"
+            + ("" if a["ok"] else f"; FAILED: {'; '.join(a['wrong'])}"))
+
+
+MIB = 1 << 20
 
 
 def load_text(load):
@@ -185,6 +203,8 @@ def markdown(results, configs, meta):
                 "syscalls/MiB strace -P1; counted -P1 / -P8 | rr 1 conn p50 / p99 / p99.9 µs | rr 64 conns k exchanges/s, p50 / p99 µs |",
                 "|---|---|---|---|---|---|---|"]
         for c in shown:
+            if c.rate_only:  # connection-rate rows only: no row of its own here
+                continue
             r = by_cfg[c.name]
             rr64 = rate_of(r, "rr64")
             out.append(
@@ -218,6 +238,7 @@ def markdown(results, configs, meta):
                           failed_cell(r, key), load_cell(r, key)]
             cells.append(ports_cell(r))
             out.append(f"| {c.label} | " + " | ".join(cells) + " |")
+        out += access_log_table(mtu, by_cfg, shown)
         out += ["", f"Idle connections, MTU {mtu}: each proven by a 32-byte exchange when opened "
                 "and again before closing; memory per connection = the forwarder's PSS growth + "
                 "the kernel memory it added beyond direct routing's (client and server sockets), "
@@ -228,6 +249,8 @@ def markdown(results, configs, meta):
                 "forwarder PSS while holding, MiB |",
                 "|---|---|---|---|---|"]
         for c in shown:
+            if c.rate_only:
+                continue
             r = by_cfg[c.name]
             i = r.get("idle")
             asked = meta["idle_asked"].get(c.name)
@@ -273,7 +296,8 @@ def markdown(results, configs, meta):
         out += ["Notes: " + " ".join(meta["notes"]), ""]
     targets = target_rows(results)
     if targets:
-        out += ["### Targets: the fast path against the kernel path, same run", "",
+        out += ["### Targets: the fast path against the kernel path (and against itself with "
+                "its access log on), same run", "",
                 "| MTU | target | measured | |", "|---|---|---|---|"]
         out += [f"| {m} | {t} | {v} | {STATUS[ok]} |" for m, t, v, ok in targets]
         out.append("")
@@ -281,6 +305,101 @@ def markdown(results, configs, meta):
 
 
 STATUS = {True: "met", False: "**missed**", None: "**not measured**"}
+
+
+def access_log_table(mtu, by_cfg, shown):
+    """Markdown lines: each configuration with an access log (bench/run's xdpfwd-xdp-log) beside
+    the one it is compared with, per close order, and its log's lines against its connections."""
+    rows = [c for c in shown if by_cfg[c.name].get("baseline")]
+    if not rows:
+        return []
+    out = ["", f"Access log cost, MTU {mtu}: the fast path with `logfile` in its rules file, in "
+           "the connection-rate rows only, beside the same fast path without it (its "
+           f"`{'`, `'.join(sorted({by_cfg[c.name]['baseline'] for c in rows}))}` rows above: the "
+           "same options, ports of its own), on / off per close order, target ≥ "
+           f"{LOG_RATE_TARGET}×. Control CPU: the control process's own CPU time over its life "
+           "(its threads, the log's writer among them; not the workers), per connection "
+           "accepted. After it stopped its log is counted: a whole line ends in a "
+           "newline and has 9 tab-separated fields; expected = 2 × the connections its exit "
+           "summary says it accepted (an `opened` line and an end line each); dropped and write "
+           "errors are its own `access log:` counters (a full ring drops a record and counts "
+           "it). A count other than expected, a torn line, a dropped record or a failed write "
+           "fails the row.", "",
+           "| configuration | server closes first: connections/s off → on (on / off) | client "
+           "closes first: connections/s off → on (on / off) | whole lines | expected (2 × "
+           "accepted) | torn | dropped | write errors | control CPU µs/connection |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        r = by_cfg[c.name]
+        base = by_cfg.get(r["baseline"], {})
+        cells = []
+        for order in CLOSE_ORDERS:
+            on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
+            ratio = f"{on / off:.2f}×" if on and off else "—"
+            cells.append(f"{cell(off, 0)} → {cell(on, 0)} ({ratio})")
+        a = r.get("access_log")
+        if a:
+            cells += [f"{a['lines']:,}", f"{a['expected']:,} ({a['accepted']:,} accepted)",
+                      f"{a['torn']:,}", f"{a['dropped']:,}", f"{a['write_errors']:,}",
+                      cell(a.get("control_us_per_conn"), 2)]
+            if not a["ok"]:
+                cells[2] = f"**FAILED: {a['lines']:,}**"
+        else:
+            why = r.get("errors", {}).get("access_log")
+            cells += ["**FAILED**" if why else "—", "—", "—", "—", "—", "—"]
+        out.append(f"| {c.label} | " + " | ".join(cells) + " |")
+    for c in rows:
+        r = by_cfg[c.name]
+        starts = []
+        for order in CLOSE_ORDERS:
+            m = (r.get(f"rate_{order}") or {}).get("time_wait_match")
+            if not m:
+                continue
+            s = m["start"]
+            text = f"{CLOSE_LABEL[order]}: client {s['client']:,} / server {s['server']:,}"
+            if m.get("target"):
+                t = m["target"]
+                text += (f" against {t['client']:,} / {t['server']:,} when {r['baseline']}'s "
+                         f"began" + (f", after {m['waited_s']:.0f} s" if m["waited_s"] >= 1 else "")
+                         + ("" if m["matched"] else " (**more**: not matched)"))
+            else:
+                text += f" ({m.get('why', 'nothing to match')})"
+            starts.append(text)
+        if starts:
+            out += ["", f"TIME_WAIT sockets in the peers' namespaces when {c.name}'s rows began "
+                    "(it waits, up to 65 s and not with --quick, until there are no more than "
+                    "when the same rows of the configuration it is compared with began: a table "
+                    "still full from an earlier row frees each closing socket at once and speeds "
+                    "the client's connect()s): " + "; ".join(starts) + "."]
+    return out
+
+
+def access_log_targets(mtu, by):
+    """Target rows for each configuration with an access log: its connections/s against its
+    baseline's per close order (≥ LOG_RATE_TARGET×), and its lines (2 per connection accepted,
+    every one whole, none dropped)."""
+    rows = []
+    for name, r in by.items():
+        if not r.get("baseline"):
+            continue
+        base = by.get(r["baseline"], {})
+        for order in CLOSE_ORDERS:
+            row = (f"{name}: connections/s with the access log ≥ {LOG_RATE_TARGET}× without "
+                   f"({r['baseline']}), {CLOSE_LABEL[order]}")
+            on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
+            if not on or not off:
+                rows.append((mtu, row, "not measured", None))
+            else:
+                v = on / off
+                rows.append((mtu, row, f"{on:,.0f} vs {off:,.0f} = {v:.2f}×", v >= LOG_RATE_TARGET))
+        row = f"{name}: 2 whole access-log lines per connection accepted, none torn or dropped"
+        a = r.get("access_log")
+        if not a:
+            rows.append((mtu, row, "not measured", None))
+        else:
+            rows.append((mtu, row, f"{a['lines']:,} of {a['expected']:,} expected, torn "
+                         f"{a['torn']:,}, dropped {a['dropped']:,}", a["ok"]))
+    return rows
 
 
 def derive(results):
@@ -385,6 +504,11 @@ def target_rows(results):
             rows.append((mtu, row, f"{m:.2f} KiB, but at {i['held']:,} held", None))
         else:
             rows.append((mtu, row, f"{m:.2f} KiB at {i['held']:,}", m <= 2))
+    # The access log's rows last within each MTU (a stable sort keeps the rest in order).
+    for mtu, by in results.items():
+        rows += access_log_targets(mtu, by)
+    mtus = list(results)
+    rows.sort(key=lambda t: mtus.index(t[0]))
     return rows
 
 

@@ -2,6 +2,8 @@
 // every configuration must have produced every number: throughput and latency, the connection
 // rate in both close orders with its failures and the forwarder's CPU (the fast path's worker
 // busy time), and idle connections all held and proven; every configuration on ports of its own.
+// The fast path with its access log on (xdpfwd-xdp-log: the connection-rate rows only) beside it,
+// and its log counted after it stopped: 2 whole lines per connection accepted, none dropped.
 // And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
 // rounds' ratios. Each run has its own namespaces, interface names and subnets, so it cannot meet
 // another run's.
@@ -123,6 +125,35 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     if (label == "xdpfwd --path xdp") {
       EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];
     }
+  }
+  // The access log's row: its connection rate (both close orders, ports of its own) and the
+  // access-log table's row (connections/s off -> on per close order, whole lines, expected,
+  // torn, dropped, write errors, the control process's CPU per connection).
+  {
+    const std::string label = "xdpfwd --path xdp, access log on";
+    const auto rows = RowsFor(table, label);
+    ASSERT_EQ(rows.size(), 2u) << label << ": a connection-rate row and an access-log row:\n"
+                               << table;
+    for (const std::string& row : rows) {
+      EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
+      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
+    }
+    EXPECT_NE(rows[0].find("busy"), std::string::npos) << rows[0];
+    const std::string own = LastCell(rows[0]);
+    EXPECT_NE(own.find(" / "), std::string::npos) << "no ports in the rate row: " << rows[0];
+    EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+    const auto cells = Cells(rows[1]);
+    ASSERT_EQ(cells.size(), 9u) << rows[1];
+    // "2,000" whole lines against "2,000 (1,000 accepted)" expected; none torn, dropped or
+    // failed to write.
+    EXPECT_NE(cells[3], "0") << rows[1];
+    EXPECT_EQ(cells[3], cells[4].substr(0, cells[4].find(" ("))) << rows[1];
+    EXPECT_EQ(cells[5], "0") << "torn lines: " << rows[1];
+    EXPECT_EQ(cells[6], "0") << "dropped records: " << rows[1];
+    EXPECT_EQ(cells[7], "0") << "failed writes: " << rows[1];
+    EXPECT_NE(json.find("\"forwarder_lines\""), std::string::npos)
+        << "no access_log in results.json";
   }
   std::filesystem::remove_all(out);
 }
