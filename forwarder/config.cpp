@@ -184,8 +184,7 @@ Result<SocketAddress> ResolveAddress(std::string_view text, uint16_t port, Proto
 }
 
 bool SameListener(const Rule& a, const SocketAddress& listen, Protocol protocol) {
-  return a.listen_protocol == protocol && a.listen.length == listen.length &&
-         std::memcmp(&a.listen.storage, &listen.storage, listen.length) == 0;
+  return a.listen_protocol == protocol && a.listen == listen;
 }
 
 // rinetd's pattern characters: digits, hex digits, '.', ':', brackets and the two globs.
@@ -317,7 +316,7 @@ Result<Rule> ParseRule(const std::vector<Word>& words, const Where& where) {
   if (words.size() == 5) {
     if (auto o = ParseOptions(words[4], rule, where); !o) return o.error();
     if (rule.source.family() != AF_UNSPEC && rule.source.family() != rule.backend.family()) {
-      return where.At(words[4].column, "src address " + ToString(rule.source) +
+      return where.At(words[4].column, "src address " + HostText(rule.source) +
                                            " is not of the backend's address family (" +
                                            ToString(rule.backend) + ")");
     }
@@ -428,9 +427,7 @@ std::string DescribeConfig(const Config& config) {
     }
     out << "\n";
     if (r.source.family() != AF_UNSPEC) {
-      std::string src = ToString(r.source);
-      src.resize(src.rfind(':'));  // the port is the path's choice
-      out << "  backend source address: " << src << "\n";
+      out << "  backend source address: " << HostText(r.source) << "\n";
     }
     access_lines(r.access, "  ");
   }

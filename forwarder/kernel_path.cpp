@@ -184,6 +184,9 @@ void KernelPath::StopAccepting() {
   std::lock_guard<std::mutex> lock(stop_mutex_);
   const auto plan = board_->Current();
   Publish(plan->rules, plan->global_access, false);
+  // Returns with every listener closed, so that "accepting no new connections" is true when
+  // the caller says it.
+  if (auto r = WaitApplied(); !r) Log(r.error().message());
 }
 
 Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
@@ -191,10 +194,6 @@ Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
   std::lock_guard<std::mutex> lock(stop_mutex_);
   if (loops_.empty()) return Error{{}, "kernel path: stopped"};
   const auto current = board_->Current();
-  auto same_listen = [](const Rule& a, const Rule& b) {
-    return a.listen.length == b.listen.length &&
-           std::memcmp(&a.listen.storage, &b.listen.storage, a.listen.length) == 0;
-  };
   // Checked first, so that a reload that cannot be served changes nothing.
   for (const Rule& rule : rules) {
     const bool served = std::any_of(current->rules.begin(), current->rules.end(),
@@ -208,7 +207,7 @@ Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
     }
     const bool listening =
         current->accepting && std::any_of(current->rules.begin(), current->rules.end(),
-                                          [&](const Rule* r) { return same_listen(*r, rule); });
+                                          [&](const Rule* r) { return r->listen == rule.listen; });
     if (!listening) {
       if (auto bindable = kernel_path::CheckListenAddress(rule.listen, ListenIpv6Only(rule, rules));
           !bindable) {
@@ -227,6 +226,10 @@ Result<void> KernelPath::Reload(const std::vector<Rule>& rules,
     }
   }
   Publish(std::move(next), global_access, current->accepting);
+  return WaitApplied();
+}
+
+Result<void> KernelPath::WaitApplied() {
   // Every thread takes the plan up within one loop iteration (a wake-up is on its way).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (const auto& loop : loops_) {

@@ -82,6 +82,7 @@ class KernelPath {
   KernelPath& operator=(const KernelPath&) = delete;
 
   // Closes every listener (new clients are refused by the kernel); open connections go on.
+  // Returns once every thread has closed its listeners.
   void StopAccepting();
   // Serves `rules` from now on, with `global_access` for new clients. A rule whose id is one
   // this path already serves is unchanged: its listeners stay (no rebind). Other listen
@@ -103,6 +104,7 @@ class KernelPath {
 
   void Publish(std::vector<const Rule*> rules, std::vector<AccessPattern> global_access,
                bool accepting);  // under stop_mutex_
+  Result<void> WaitApplied();    // under stop_mutex_: every loop serves the last plan published
 
   KernelPathConfig config_;
   // Every version of every rule served since start, never freed: connections point to the

@@ -118,8 +118,7 @@ Result<LocalPorts> ReadLocalPorts() {
 }
 
 Result<void> CheckSourceAddress(const SocketAddress& source) {
-  std::string where = ToString(source);
-  where.resize(where.rfind(':'));  // no port: the connect chooses it
+  const std::string where = HostText(source);  // no port: the connect chooses it
   UniqueFd fd(socket(source.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd) return SystemError(where);
   const int one = 1;
@@ -219,10 +218,6 @@ BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts po
   for (const Rule& rule : config.rules) RouteFor(rule);
 }
 
-bool BackendConnector::SameAddress(const SocketAddress& a, const SocketAddress& b) {
-  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
-}
-
 // A rule's route: one (source, backend) pair per source address it uses. Pairs are shared by
 // every rule (and every version of a rule across reloads) with the same source and backend,
 // since those share the 4-tuple space and its TIME_WAIT.
@@ -240,8 +235,8 @@ BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule) {
   Route route;
   for (const SocketAddress& source : sources) {
     uint32_t index = 0;
-    while (index < pairs_.size() && !(SameAddress(pairs_[index].source, source) &&
-                                      SameAddress(pairs_[index].backend, rule.backend))) {
+    while (index < pairs_.size() &&
+           !(pairs_[index].source == source && pairs_[index].backend == rule.backend)) {
       ++index;
     }
     if (index == pairs_.size()) {

@@ -132,7 +132,6 @@ class BackendConnector {
   void Choose(Pair& pair, Clock::time_point now);
 
   Route& RouteFor(const Rule& rule);
-  static bool SameAddress(const SocketAddress& a, const SocketAddress& b);
 
   uint32_t slice_ = 0;  // ports in this thread's slice
   std::vector<uint16_t> slice_ports_;

@@ -250,9 +250,7 @@ void Loop::ApplyPlan(std::shared_ptr<const ListenPlan> plan) {
   if (plan->accepting) {
     for (const Rule* rule : plan->rules) {
       auto same = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) {
-        return l != nullptr && l->rule->listen.length == rule->listen.length &&
-               std::memcmp(&l->rule->listen.storage, &rule->listen.storage, rule->listen.length) ==
-                   0;
+        return l != nullptr && l->rule->listen == rule->listen;
       });
       if (same != listeners_.end()) {
         (*same)->rule = rule;

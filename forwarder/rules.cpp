@@ -109,6 +109,16 @@ std::string ToString(const SocketAddress& address) {
   return "(no address)";
 }
 
+std::string HostText(const SocketAddress& address) {
+  std::string text = ToString(address);
+  if (const size_t colon = text.rfind(':'); colon != std::string::npos) text.resize(colon);
+  return text;
+}
+
+bool operator==(const SocketAddress& a, const SocketAddress& b) {
+  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
+}
+
 std::string_view ProtocolName(Protocol p) { return p == Protocol::kUdp ? "udp" : "tcp"; }
 
 }  // namespace xdpfwd

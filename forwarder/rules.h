@@ -39,6 +39,10 @@ Result<SocketAddress> ParseSocketAddress(const std::string& address, const std::
 SocketAddress FromEndpoint(const Endpoint& ep);
 // "10.0.1.1:9000" or "[2001:db8::1]:9000".
 std::string ToString(const SocketAddress& address);
+// The address alone: "10.0.1.1", "[2001:db8::1]" (a source address, whose port is chosen later).
+std::string HostText(const SocketAddress& address);
+// Same family, address and port (what a bind or connect would see alike).
+bool operator==(const SocketAddress& a, const SocketAddress& b);
 
 enum class Protocol : uint8_t { kTcp, kUdp };
 std::string_view ProtocolName(Protocol p);  // "tcp", "udp"

@@ -60,18 +60,13 @@ std::string RulesLine(const std::vector<Rule>& rules) {
   return out;
 }
 
-bool SameAddress(const SocketAddress& a, const SocketAddress& b) {
-  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
-}
-
 // Whether two rules are the same rule: everything a connection would see alike (the lines the
 // file has them on may differ).
 bool SameRule(const Rule& a, const Rule& b) {
-  if (!SameAddress(a.listen, b.listen) || !SameAddress(a.backend, b.backend) ||
-      !SameAddress(a.source, b.source) || a.listen_protocol != b.listen_protocol ||
-      a.backend_protocol != b.backend_protocol || a.listen_host != b.listen_host ||
-      a.backend_host != b.backend_host || a.udp_timeout_s != b.udp_timeout_s ||
-      a.access.size() != b.access.size()) {
+  if (!(a.listen == b.listen) || !(a.backend == b.backend) || !(a.source == b.source) ||
+      a.listen_protocol != b.listen_protocol || a.backend_protocol != b.backend_protocol ||
+      a.listen_host != b.listen_host || a.backend_host != b.backend_host ||
+      a.udp_timeout_s != b.udp_timeout_s || a.access.size() != b.access.size()) {
     return false;
   }
   for (size_t i = 0; i < a.access.size(); ++i) {
@@ -262,13 +257,13 @@ Result<ReloadSummary> Service::Reload(Config next) {
     }
     rule.id = next_rule_id_++;
     const bool listened = std::any_of(running_.rules.begin(), running_.rules.end(), [&](auto& r) {
-      return SameAddress(r.listen, rule.listen) && r.listen_protocol == rule.listen_protocol;
+      return r.listen == rule.listen && r.listen_protocol == rule.listen_protocol;
     });
     ++(listened ? summary.changed : summary.added);
   }
   for (const Rule& r : running_.rules) {
     const bool listened = std::any_of(next.rules.begin(), next.rules.end(), [&](auto& n) {
-      return SameAddress(r.listen, n.listen) && r.listen_protocol == n.listen_protocol;
+      return r.listen == n.listen && r.listen_protocol == n.listen_protocol;
     });
     if (!listened) ++summary.removed;
   }

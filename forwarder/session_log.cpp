@@ -20,11 +20,8 @@ namespace {
 
 // rinetd writes the bind and connect hosts as the configuration wrote them; a command-line
 // rule has no such text, so its address stands in.
-std::string HostText(const std::string& written, const SocketAddress& address) {
-  if (!written.empty()) return written;
-  std::string text = ToString(address);
-  text.resize(text.rfind(':'));
-  return text;
+std::string WrittenHost(const std::string& written, const SocketAddress& address) {
+  return written.empty() ? HostText(address) : written;
 }
 
 }  // namespace
@@ -71,8 +68,8 @@ std::string FormatSessionLine(const SessionEvent& event, const Rule& rule, bool 
       event.client.ss_family == AF_UNSPEC
           ? std::string("?")
           : ClientAddressText(reinterpret_cast<const sockaddr*>(&event.client));
-  const std::string from = HostText(rule.listen_host, rule.listen);
-  const std::string to = HostText(rule.backend_host, rule.backend);
+  const std::string from = WrittenHost(rule.listen_host, rule.listen);
+  const std::string to = WrittenHost(rule.backend_host, rule.backend);
   const std::string_view result = SessionResultName(event.result);
   const std::string from_port = std::to_string(rule.listen.port());
   const std::string to_port = std::to_string(rule.backend.port());

@@ -162,7 +162,7 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "rinetd.conf:1:39: expected ']' to close the options opened at column 29, found the end of "
        "the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 [src=::1]\n",
-       "rinetd.conf:1:29: src address [::1]:0 is not of the backend's address family"},
+       "rinetd.conf:1:29: src address [::1] is not of the backend's address family"},
       {"allow foo.example\n",
        "rinetd.conf:1:8: expected an address pattern (digits, hex digits, '.', ':', '*', '?'; "
        "host names are not matched), found 'foo.example'"},
