@@ -12,8 +12,8 @@ namespace xdpfwd {
 
 std::string DatagramPathTotals::Format() const {
   std::string out;
-#define XDPFWD_FIELD(name, what) \
-  if (!out.empty()) out += ' ';  \
+#define XDPFWD_FIELD(name, kind, what) \
+  if (!out.empty()) out += ' ';        \
   out += #name "=" + std::to_string(name);
   XDPFWD_DATAGRAM_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD

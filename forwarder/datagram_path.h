@@ -33,27 +33,29 @@ struct DatagramPathConfig {
   std::function<void(const SessionEvent&)> on_session;
 };
 
-// X(name, what it counts): one list for the live counters, the totals and Format().
-#define XDPFWD_DATAGRAM_COUNTERS(X)                                                            \
-  X(associations_opened, "associations whose backend leg was started")                         \
-  X(associations_open, "associations open now")                                                \
-  X(closed_client, "ended by the client: its TCP stream closed or failed")                     \
-  X(closed_backend, "ended by the backend: stream closed or reset, ICMP unreachable")          \
-  X(closed_idle, "ended after the rule's udp_timeout_s with nothing either way")               \
-  X(closed_stopped, "ended because the path was stopping")                                     \
-  X(backend_failed, "backend leg not started or not connected: socket, bind or connect")       \
-  X(refused_not_allowed, "clients refused: an allow list matched none of its patterns")        \
-  X(refused_denied, "clients refused: a deny pattern matched")                                 \
-  X(refused_full, "clients refused: max_associations were open")                               \
-  X(datagrams_in, "datagrams from UDP clients taken into an association")                      \
-  X(datagrams_out, "datagrams sent to UDP clients")                                            \
-  X(bytes_in, "payload bytes received from clients (datagrams or stream)")                     \
-  X(bytes_out, "payload bytes sent to clients (datagrams or stream)")                          \
-  X(dropped, "datagrams dropped: a socket buffer or stream queue was full, or it was too big") \
-  X(errors, "unexpected syscall failures")
+// X(name, kind, what it counts), kind counter or gauge: one list for the live counters, the
+// totals, Format() and the metrics.
+#define XDPFWD_DATAGRAM_COUNTERS(X)                                                               \
+  X(associations_opened, counter, "associations whose backend leg was started")                   \
+  X(associations_open, gauge, "associations open now")                                            \
+  X(closed_client, counter, "ended by the client: its TCP stream closed or failed")               \
+  X(closed_backend, counter, "ended by the backend: stream closed or reset, ICMP unreachable")    \
+  X(closed_idle, counter, "ended after the rule's udp_timeout_s with nothing either way")         \
+  X(closed_stopped, counter, "ended because the path was stopping")                               \
+  X(backend_failed, counter, "backend leg not started or not connected: socket, bind or connect") \
+  X(refused_not_allowed, counter, "clients refused: an allow list matched none of its patterns")  \
+  X(refused_denied, counter, "clients refused: a deny pattern matched")                           \
+  X(refused_full, counter, "clients refused: max_associations were open")                         \
+  X(datagrams_in, counter, "datagrams from UDP clients taken into an association")                \
+  X(datagrams_out, counter, "datagrams sent to UDP clients")                                      \
+  X(bytes_in, counter, "payload bytes received from clients (datagrams or stream)")               \
+  X(bytes_out, counter, "payload bytes sent to clients (datagrams or stream)")                    \
+  X(dropped, counter,                                                                             \
+    "datagrams dropped: a socket buffer or stream queue was full, or it was too big")             \
+  X(errors, counter, "unexpected syscall failures")
 
 struct DatagramPathTotals {
-#define XDPFWD_FIELD(name, what) uint64_t name = 0;
+#define XDPFWD_FIELD(name, kind, what) uint64_t name = 0;
   XDPFWD_DATAGRAM_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   // "associations_opened=3 associations_open=1 ... errors=0".

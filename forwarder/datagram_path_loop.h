@@ -61,7 +61,7 @@ struct ClientKeyHash {
 };
 
 struct Counters {
-#define XDPFWD_FIELD(name, what) std::atomic<uint64_t> name{0};
+#define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
   XDPFWD_DATAGRAM_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
 
@@ -74,7 +74,7 @@ struct Counters {
   }
   DatagramPathTotals Snapshot() const {
     DatagramPathTotals t;
-#define XDPFWD_FIELD(name, what) t.name = name.load(std::memory_order_relaxed);
+#define XDPFWD_FIELD(name, kind, what) t.name = name.load(std::memory_order_relaxed);
     XDPFWD_DATAGRAM_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
     return t;

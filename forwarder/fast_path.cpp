@@ -432,8 +432,8 @@ FastPathSnapshot FastPath::Snapshot(std::vector<FastPathSnapshot>* per_worker) {
   return impl_->Collect(per_worker);
 }
 
-std::string FastPath::SteerCountersLine() const {
-  if (impl_->ifaces.empty()) return impl_->final_steer_line;
+SteerCounters FastPath::SteerDecisions() const {
+  if (impl_->ifaces.empty()) return impl_->final_steer;
   SteerCounters sum{};
   for (const auto& i : impl_->ifaces) {
     const SteerCounters c = i->steer->ReadCounters();
@@ -442,6 +442,11 @@ std::string FastPath::SteerCountersLine() const {
       sum[r].bytes += c[r].bytes;
     }
   }
+  return sum;
+}
+
+std::string FastPath::SteerCountersLine() const {
+  const SteerCounters sum = SteerDecisions();
   std::string out;
   for (size_t r = 0; r < kSteerReasonCount; ++r) {
     if (sum[r].packets == 0) continue;
@@ -486,7 +491,7 @@ void FastPath::Stop() {
   impl_->monitor_cv.notify_all();
   if (impl_->monitor.joinable()) impl_->monitor.join();
   impl_->StopWorkers();
-  impl_->final_steer_line = SteerCountersLine();
+  impl_->final_steer = SteerDecisions();
   impl_->CountFlows(last);  // what the workers left behind, for the exit summary
   {
     std::lock_guard lock(impl_->mu);
@@ -513,7 +518,7 @@ std::string FastPathSnapshot::RxByQueue() const {
 
 std::string FastPathSnapshot::Format() const {
   std::string out = relay.Format();
-#define XDPFWD_FORMAT(field, name) out += " " name "=" + std::to_string(field);
+#define XDPFWD_FORMAT(field, kind, name) out += " " name "=" + std::to_string(field);
   XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FORMAT)
 #undef XDPFWD_FORMAT
   return out + RxByQueue();

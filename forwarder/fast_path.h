@@ -78,67 +78,72 @@ struct QueueRx {
 // (fast_path_worker.cpp); flows, client_flows, stray_flows_reaped, workers, worker_restarts and
 // the handoffs come from the control process.
 #define XDPFWD_FAST_PATH_COUNTERS(X)                                                               \
-  X(connections, "connections")               /* live relay connections */                         \
-  X(flows, "flows")                           /* entries in all steering maps */                   \
-  X(client_flows, "client_flows")             /* counted against --flow-capacity */                \
-  X(stray_flows_reaped, "stray_flows_reaped") /* handshakes that never completed */                \
-  X(closing_flows, "closing_flows")           /* flow entries lingering after close */             \
-  X(lwip_pcbs, "lwip_pcbs")                   /* lwIP connection pcbs in use */                    \
-  X(lwip_heap_bytes, "lwip_heap_bytes")                                                            \
-  X(frames_held, "frames_held") /* UMEM frames held by lwIP */                                     \
-  X(rx_packets, "rx_packets")                                                                      \
-  X(rx_frames, "rx_frames")                 /* a chain's frames count one each */                  \
-  X(rx_chains, "rx_chains")                 /* packets that came as a chain */                     \
-  X(rx_chains_dropped, "rx_chains_dropped") /* longer than the kernel's longest */                 \
-  X(tx_packets, "tx_packets")                                                                      \
-  X(tx_kicks, "tx_kicks")                                                                          \
-  X(tx_chains, "tx_chains") /* longer than a TX frame */                                           \
-  X(tx_checksum_offloaded, "tx_checksum_offloaded")                                                \
-  X(tx_no_neighbor, "tx_no_neighbor")         /* next hop's MAC unknown: resent */                 \
-  X(tx_socket_packets, "tx_socket_packets")   /* --tx packet: packets sent, GSO ones once */       \
-  X(tx_socket_segments, "tx_socket_segments") /* lwIP's packets in them */                         \
-  X(tx_socket_gso, "tx_socket_gso")           /* packets of more than one segment */               \
-  X(tx_socket_sends, "tx_socket_sends")       /* sendmmsg calls */                                 \
-  X(tx_socket_deferred, "tx_socket_deferred") /* refused for want of room: sent later */           \
-  X(tx_socket_dropped, "tx_socket_dropped")   /* refused by the kernel: TCP resends */             \
-  X(tx_socket_full, "tx_socket_full")       /* not queued, batch full of deferred: lwIP resends */ \
-  X(tx_singles_af_xdp, "tx_singles_af_xdp") /* batches without GSO: through AF_XDP */              \
-  X(tx_singles_kept_to_packet, "tx_singles_kept_to_packet") /* their flow sent that way lately */  \
-  X(tx_refused_flows_retried, "tx_refused_flows_retried") /* tx_socket_full's flows, sent again */ \
-  X(tx_refused_walks, "tx_refused_walks") /* ...by a walk of every pcb: too many flows */          \
-  X(tx_refused_retry_ns, "tx_refused_retry_ns")                                                    \
-  X(next_hops, "next_hops")                                                                        \
-  X(xsk_rx_dropped, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                            \
-  X(xsk_rx_ring_full, "xsk_rx_ring_full")                                                          \
-  X(xsk_fill_ring_empty, "xsk_fill_ring_empty")                                                    \
-  X(fill_depth, "fill_depth")             /* frames the fill rings keep posted now (a gauge) */    \
-  X(fill_depth_grows, "fill_depth_grows") /* the depth doubled: a ring ran low */                  \
-  X(lwip_retransmits, "retransmits")                                                               \
-  X(lwip_drops, "lwip_drops")                                                                      \
-  X(lwip_pool_errors, "lwip_pool_errors")                                                          \
-  X(oow_acks, "oow_acks") /* RelayState's: spoofed-segment storms */                               \
-  X(oow_acks_limited, "oow_acks_limited")                                                          \
-  X(ooseq_dropped, "ooseq_dropped")     /* RelayState's: holes left by peers */                    \
-  X(ooseq_acks_held, "ooseq_acks_held") /* out-of-order segments whose ACK waited (0033) */        \
-  X(ooseq_acks_sent_late, "ooseq_acks_sent_late") /* of those ACKs, sent a round later */          \
-  X(bytes_referenced, "bytes_referenced")         /* relayed without a copy (patch 0032) */        \
-  X(send_refs, "send_refs")                       /* references on receive frames held now */      \
-  X(workers, "workers")                           /* fast-path worker processes */                 \
-  X(worker_restarts, "worker_restarts")           /* workers that died and were restarted */       \
-  X(handoffs_out, "handoffs_out")                 /* packets handed to their flow's owner */       \
-  X(handoffs_in, "handoffs_in")                                                                    \
-  X(handoffs_dropped, "handoffs_dropped") /* the owner's ring was full */                          \
-  X(rx_copied, "rx_copied")               /* handed-over packets fed to lwIP */                    \
-  X(rx_copy_no_pool, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */                    \
-  X(worker_busy_ns, "worker_busy_ns")     /* time in iterations that did work */                   \
-  X(worker_iterations, "worker_iterations")                                                        \
-  X(minor_faults, "worker_minor_faults")                                                           \
-  X(involuntary_switches, "worker_involuntary_switches")
+  X(connections, gauge, "connections")                 /* live relay connections */                \
+  X(flows, gauge, "flows")                             /* entries in all steering maps */          \
+  X(client_flows, gauge, "client_flows")               /* counted against --flow-capacity */       \
+  X(stray_flows_reaped, counter, "stray_flows_reaped") /* handshakes that never completed */       \
+  X(closing_flows, gauge, "closing_flows")             /* flow entries lingering after close */    \
+  X(lwip_pcbs, gauge, "lwip_pcbs")                     /* lwIP connection pcbs in use */           \
+  X(lwip_heap_bytes, gauge, "lwip_heap_bytes")                                                     \
+  X(frames_held, gauge, "frames_held") /* UMEM frames held by lwIP */                              \
+  X(rx_packets, counter, "rx_packets")                                                             \
+  X(rx_frames, counter, "rx_frames")                 /* a chain's frames count one each */         \
+  X(rx_chains, counter, "rx_chains")                 /* packets that came as a chain */            \
+  X(rx_chains_dropped, counter, "rx_chains_dropped") /* longer than the kernel's longest */        \
+  X(tx_packets, counter, "tx_packets")                                                             \
+  X(tx_kicks, counter, "tx_kicks")                                                                 \
+  X(tx_chains, counter, "tx_chains") /* longer than a TX frame */                                  \
+  X(tx_checksum_offloaded, counter, "tx_checksum_offloaded")                                       \
+  X(tx_no_neighbor, counter, "tx_no_neighbor") /* next hop's MAC unknown: resent */                \
+  X(tx_socket_packets, counter,                                                                    \
+    "tx_socket_packets") /* --tx packet: packets sent, GSO ones once */                            \
+  X(tx_socket_segments, counter, "tx_socket_segments") /* lwIP's packets in them */                \
+  X(tx_socket_gso, counter, "tx_socket_gso")           /* packets of more than one segment */      \
+  X(tx_socket_sends, counter, "tx_socket_sends")       /* sendmmsg calls */                        \
+  X(tx_socket_deferred, counter, "tx_socket_deferred") /* refused for want of room: sent later */  \
+  X(tx_socket_dropped, counter, "tx_socket_dropped")   /* refused by the kernel: TCP resends */    \
+  X(tx_socket_full, counter,                                                                       \
+    "tx_socket_full") /* not queued, batch full of deferred: lwIP resends */                       \
+  X(tx_singles_af_xdp, counter, "tx_singles_af_xdp") /* batches without GSO: through AF_XDP */     \
+  X(tx_singles_kept_to_packet, counter,                                                            \
+    "tx_singles_kept_to_packet") /* their flow sent that way lately */                             \
+  X(tx_refused_flows_retried, counter,                                                             \
+    "tx_refused_flows_retried")                    /* tx_socket_full's flows, sent again */        \
+  X(tx_refused_walks, counter, "tx_refused_walks") /* ...by a walk of every pcb: too many flows */ \
+  X(tx_refused_retry_ns, counter, "tx_refused_retry_ns")                                           \
+  X(next_hops, gauge, "next_hops")                                                                 \
+  X(xsk_rx_dropped, counter, "xsk_rx_dropped") /* the kernel's XDP_STATISTICS */                   \
+  X(xsk_rx_ring_full, counter, "xsk_rx_ring_full")                                                 \
+  X(xsk_fill_ring_empty, counter, "xsk_fill_ring_empty")                                           \
+  X(fill_depth, gauge, "fill_depth") /* frames the fill rings keep posted now (a gauge) */         \
+  X(fill_depth_grows, counter, "fill_depth_grows") /* the depth doubled: a ring ran low */         \
+  X(lwip_retransmits, counter, "retransmits")                                                      \
+  X(lwip_drops, counter, "lwip_drops")                                                             \
+  X(lwip_pool_errors, counter, "lwip_pool_errors")                                                 \
+  X(oow_acks, counter, "oow_acks") /* RelayState's: spoofed-segment storms */                      \
+  X(oow_acks_limited, counter, "oow_acks_limited")                                                 \
+  X(ooseq_dropped, counter, "ooseq_dropped") /* RelayState's: holes left by peers */               \
+  X(ooseq_acks_held, counter,                                                                      \
+    "ooseq_acks_held") /* out-of-order segments whose ACK waited (0033) */                         \
+  X(ooseq_acks_sent_late, counter, "ooseq_acks_sent_late") /* of those ACKs, sent a round later */ \
+  X(bytes_referenced, counter, "bytes_referenced") /* relayed without a copy (patch 0032) */       \
+  X(send_refs, gauge, "send_refs")                 /* references on receive frames held now */     \
+  X(workers, gauge, "workers")                     /* fast-path worker processes */                \
+  X(worker_restarts, counter, "worker_restarts")   /* workers that died and were restarted */      \
+  X(handoffs_out, counter, "handoffs_out")         /* packets handed to their flow's owner */      \
+  X(handoffs_in, counter, "handoffs_in")                                                           \
+  X(handoffs_dropped, counter, "handoffs_dropped") /* the owner's ring was full */                 \
+  X(rx_copied, counter, "rx_copied")               /* handed-over packets fed to lwIP */           \
+  X(rx_copy_no_pool, counter, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */           \
+  X(worker_busy_ns, counter, "worker_busy_ns")     /* time in iterations that did work */          \
+  X(worker_iterations, counter, "worker_iterations")                                               \
+  X(minor_faults, counter, "worker_minor_faults")                                                  \
+  X(involuntary_switches, counter, "worker_involuntary_switches")
 
 // The counters as plain memory: what a worker process publishes to the control process.
 struct FastPathCounters {
   RelayTotals relay;
-#define XDPFWD_FIELD(field, name) uint64_t field = 0;
+#define XDPFWD_FIELD(field, kind, name) uint64_t field = 0;
   XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   FastPathCounters& operator+=(const FastPathCounters& o);
@@ -170,7 +175,9 @@ class FastPath {
   // answer contributes its last ones), and sums them; with `per_worker`, each worker's too, in
   // worker order, from the same round.
   FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr);
-  // Steering decisions summed over interfaces, as "redirect_new_flow=3 pass_not_ipv4=2".
+  // Steering decisions summed over interfaces (after Stop(): the last reading).
+  SteerCounters SteerDecisions() const;
+  // The same as "redirect_new_flow=3 pass_not_ipv4=2" (reasons that counted nothing left out).
   std::string SteerCountersLine() const;
   // Removes every listener from the steering programs: a new client's SYN goes to the kernel
   // (refused there unless the kernel path listens), while the flows of open connections stay

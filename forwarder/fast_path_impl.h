@@ -123,7 +123,7 @@ struct FastPath::Impl {
   uint64_t restarts = 0;
   FastPathSnapshot final_snapshot;
   bool stopped = false;
-  std::string final_steer_line;
+  SteerCounters final_steer{};
 
   // The control thread: stray-flow reaping, watching the workers, restarting one that died.
   std::thread monitor;

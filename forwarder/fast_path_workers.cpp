@@ -35,16 +35,23 @@ std::string ExitStatus(int status) {
 
 // The gauges of a worker that is gone: what it held went with it.
 void DropGauges(FastPathCounters& c) {
-  c.relay.active = 0;
-  c.connections = c.closing_flows = c.lwip_pcbs = c.lwip_heap_bytes = c.frames_held = 0;
-  c.next_hops = 0;
+#define XDPFWD_DROP_counter(field)
+#define XDPFWD_DROP_gauge(field) field = 0;
+#define XDPFWD_DROP(field, kind, what) XDPFWD_DROP_##kind(c.relay.field)
+  XDPFWD_RELAY_COUNTERS(XDPFWD_DROP)
+#undef XDPFWD_DROP
+#define XDPFWD_DROP(field, kind, name) XDPFWD_DROP_##kind(c.field)
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_DROP)
+#undef XDPFWD_DROP
+#undef XDPFWD_DROP_gauge
+#undef XDPFWD_DROP_counter
 }
 
 }  // namespace
 
 FastPathCounters& FastPathCounters::operator+=(const FastPathCounters& o) {
   relay += o.relay;
-#define XDPFWD_ADD(field, name) field += o.field;
+#define XDPFWD_ADD(field, kind, name) field += o.field;
   XDPFWD_FAST_PATH_COUNTERS(XDPFWD_ADD)
 #undef XDPFWD_ADD
   return *this;

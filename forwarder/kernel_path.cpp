@@ -84,16 +84,20 @@ void NoteTimeWaitSettings(const kernel_path::LocalPorts& ports) {
 
 }  // namespace
 
+KernelPathTotals& KernelPathTotals::operator+=(const KernelPathTotals& o) {
+  relay += o.relay;
+#define XDPFWD_FIELD(name, kind, what) name += o.name;
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return *this;
+}
+
 std::string KernelPathTotals::Format() const {
-  return relay.Format() + " splice_bytes=" + std::to_string(splice_bytes) +
-         " copy_bytes=" + std::to_string(copy_bytes) +
-         " splice_calls=" + std::to_string(splice_calls) +
-         " copy_calls=" + std::to_string(copy_calls) + " errors=" + std::to_string(errors) +
-         " empty_polls=" + std::to_string(empty_polls) +
-         " own_port_connects=" + std::to_string(own_port_connects) +
-         " port_retries=" + std::to_string(port_retries) +
-         " kernel_no_port=" + std::to_string(kernel_no_port) +
-         " pooled_pipes=" + std::to_string(pooled_pipes);
+  std::string out = relay.Format();
+#define XDPFWD_FIELD(name, kind, what) out += " " #name "=" + std::to_string(name);
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return out;
 }
 
 KernelPath::KernelPath(const KernelPathConfig& config)
@@ -253,20 +257,7 @@ void KernelPath::Stop() {
 
 KernelPathTotals KernelPath::Totals() const {
   KernelPathTotals sum;
-  for (const auto& c : counters_) {
-    const KernelPathTotals t = c->Snapshot();
-    sum.relay += t.relay;
-    sum.splice_bytes += t.splice_bytes;
-    sum.copy_bytes += t.copy_bytes;
-    sum.splice_calls += t.splice_calls;
-    sum.copy_calls += t.copy_calls;
-    sum.errors += t.errors;
-    sum.empty_polls += t.empty_polls;
-    sum.own_port_connects += t.own_port_connects;
-    sum.port_retries += t.port_retries;
-    sum.kernel_no_port += t.kernel_no_port;
-    sum.pooled_pipes += t.pooled_pipes;
-  }
+  for (const auto& c : counters_) sum += c->Snapshot();
   return sum;
 }
 

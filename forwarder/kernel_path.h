@@ -45,28 +45,35 @@ struct KernelPathConfig {
   std::vector<in_addr> backend_sources;
 };
 
-// Path-specific counters next to the shared relay ones.
+// Path-specific counters next to the shared relay ones. X(name, kind, what it counts), kind
+// counter or gauge: one list for the threads' live counters, the totals, Format() and the
+// metrics.
+#define XDPFWD_KERNEL_PATH_COUNTERS(X)                                                          \
+  X(splice_bytes, counter, "payload bytes moved with splice")                                   \
+  X(copy_bytes, counter, "payload bytes moved with recv and send")                              \
+  X(splice_calls, counter, "splice calls")                                                      \
+  X(copy_calls, counter, "recv and send calls")                                                 \
+  X(errors, counter, "unexpected syscall failures on the data path")                            \
+  /* Every spin of the loop when busy-polling; a deadline's wake-up when sleeping. */           \
+  X(empty_polls, counter, "epoll_wait calls that returned no event")                            \
+  /* Least recently used first, taking over its own TIME_WAIT 4-tuples, because many of the */  \
+  /* (source, backend) pair's 4-tuples were taken and the kernel's choice scans them one by */  \
+  /* one (docs/kernel-path.md). */                                                              \
+  X(own_port_connects, counter, "backend connects on a local port this path chose itself")      \
+  /* A port chosen here that was refused (EADDRINUSE, EADDRNOTAVAIL), or the kernel's choice */ \
+  /* after that. Near 0 when choosing ports is O(1). */                                         \
+  X(port_retries, counter, "backend connect attempts beyond the first of a connection")         \
+  X(kernel_no_port, counter, "backend connects for which the kernel found no local port")       \
+  /* Two descriptors each, at most 64 per thread: what the process's descriptors may exceed */  \
+  /* its idle count by once connections end. */                                                 \
+  X(pooled_pipes, gauge, "empty pipes the threads keep for reuse")
+
 struct KernelPathTotals {
   RelayTotals relay;
-  uint64_t splice_bytes = 0, copy_bytes = 0;
-  uint64_t splice_calls = 0, copy_calls = 0;
-  uint64_t errors = 0;  // unexpected syscall failures on the data path
-  // Backend connects on a local port this path chose itself (least recently used first,
-  // taking over its own TIME_WAIT 4-tuples), because many of the (source, backend) pair's
-  // 4-tuples were taken and the kernel's choice scans them one by one (docs/kernel-path.md).
-  uint64_t own_port_connects = 0;
-  // Backend connect attempts beyond the first of a connection: a port chosen here that was
-  // refused (EADDRINUSE, EADDRNOTAVAIL), or the kernel's choice after that. Near 0 when
-  // choosing ports is O(1).
-  uint64_t port_retries = 0;
-  // The kernel's choice found no local port at all (it scanned the whole range).
-  uint64_t kernel_no_port = 0;
-  // epoll_wait calls that returned no event: a deadline's wake-up when sleeping, every spin of
-  // the loop when busy-polling.
-  uint64_t empty_polls = 0;
-  // Empty pipes the threads keep for reuse (a gauge; two descriptors each, at most 64 per
-  // thread): what the process's descriptors may exceed its idle count by once connections end.
-  uint64_t pooled_pipes = 0;
+#define XDPFWD_FIELD(name, kind, what) uint64_t name = 0;
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  KernelPathTotals& operator+=(const KernelPathTotals& o);
   std::string Format() const;
 };
 

@@ -29,16 +29,9 @@ void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) { RelayCounters::Add(co
 KernelPathTotals PathCounters::Snapshot() const {
   KernelPathTotals t;
   t.relay = relay.Snapshot();
-  t.splice_bytes = splice_bytes.load(std::memory_order_relaxed);
-  t.copy_bytes = copy_bytes.load(std::memory_order_relaxed);
-  t.splice_calls = splice_calls.load(std::memory_order_relaxed);
-  t.copy_calls = copy_calls.load(std::memory_order_relaxed);
-  t.errors = errors.load(std::memory_order_relaxed);
-  t.empty_polls = empty_polls.load(std::memory_order_relaxed);
-  t.own_port_connects = own_port_connects.load(std::memory_order_relaxed);
-  t.port_retries = port_retries.load(std::memory_order_relaxed);
-  t.kernel_no_port = kernel_no_port.load(std::memory_order_relaxed);
-  t.pooled_pipes = pooled_pipes.load(std::memory_order_relaxed);
+#define XDPFWD_FIELD(name, kind, what) t.name = name.load(std::memory_order_relaxed);
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
   return t;
 }
 

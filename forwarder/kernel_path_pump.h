@@ -20,14 +20,9 @@ namespace xdpfwd::kernel_path {
 // RelayCounters::Add); Snapshot() may run on any thread.
 struct PathCounters {
   RelayCounters relay;
-  std::atomic<uint64_t> splice_bytes{0}, copy_bytes{0};
-  std::atomic<uint64_t> splice_calls{0}, copy_calls{0};
-  std::atomic<uint64_t> errors{0};
-  std::atomic<uint64_t> empty_polls{0};
-  std::atomic<uint64_t> own_port_connects{0};
-  std::atomic<uint64_t> port_retries{0};
-  std::atomic<uint64_t> kernel_no_port{0};
-  std::atomic<uint64_t> pooled_pipes{0};  // a gauge: empty pipes kept for reuse
+#define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
 
   KernelPathTotals Snapshot() const;
 };

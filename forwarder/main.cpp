@@ -1,7 +1,7 @@
-// xdpfwd: the command. Reads the configuration, starts the service (forwarder/service.h), logs
-// one "ready" line and then takes signals: SIGHUP reloads the configuration file and reopens the
-// access log, SIGUSR1 prints counters (also every --stats-interval), SIGTERM/SIGINT drain and
-// stop (connections finish or are reset, XDP detached, flow entries removed) with a summary.
+// xdpfwd: the command. Reads the configuration, binds the control socket and the metrics
+// listener, starts the service (forwarder/service.h), logs one "ready" line and hands the
+// process to the control loop (forwarder/control_loop.h): signals, `xdpfwd ctl` commands,
+// scrapes, drain and stop. `xdpfwd ctl COMMAND` is the control socket's client.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "forwarder/config.h"
+#include "forwarder/control_loop.h"
+#include "forwarder/control_socket.h"
 #include "forwarder/options.h"
 #include "forwarder/service.h"
 #include "forwarder/service_notify.h"
@@ -19,29 +21,30 @@
 namespace xdpfwd {
 namespace {
 
-// SIGHUP: the access log is reopened (logrotate) and, with -c, the file is read and served.
-void Reload(Service& service, const Options& o) {
-  service.ReopenLog();
-  if (o.config_file.empty()) {
-    Log("reload: the rule came from the command line: only the access log was reopened");
-    return;
+// The control socket and the metrics listener, bound before the service starts so a bad
+// --metrics address or a socket in use fails before any XDP program is attached.
+Result<ControlSockets> OpenControlSockets(const Options& o) {
+  ControlSockets sockets;
+  if (!o.control_path.empty()) {
+    auto control = ListenControl(o.control_path);
+    if (control) {
+      sockets.control = std::move(*control);
+    } else if (o.control_given) {
+      return Error{{}, "--control: " + control.error().message()};
+    } else {
+      Log(control.error().message() + "; running without a control socket");
+    }
   }
-  ServiceNotify::Reloading();
-  auto next = LoadConfigFile(o.config_file);
-  Result<ReloadSummary> done = next ? service.Reload(std::move(*next)) : next.error();
-  if (!done) {
-    Log("reload: " + done.error().message() + "; the running configuration stays in place");
-    ServiceNotify::Ready("reload refused, running the previous configuration: " +
-                         done.error().message());
-    return;
+  if (o.metrics) {
+    auto metrics = ListenMetrics(*o.metrics);
+    if (!metrics) return metrics.error();
+    sockets.metrics = std::move(*metrics);
   }
-  Log("reload: " + o.config_file + ": " + done->Format());
-  for (const std::string& note : done->notes) Log("reload: " + note);
-  ServiceNotify::Ready(service.ReadyLine());
+  return sockets;
 }
 
 int Run(const Options& o) {
-  // Signals are taken synchronously by this thread; every thread started below inherits the
+  // Signals are taken by the control loop's signalfd; every thread started below inherits the
   // mask. A relay must never die of SIGPIPE.
   sigset_t signals;
   sigemptyset(&signals);
@@ -49,8 +52,14 @@ int Run(const Options& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  auto sockets = OpenControlSockets(o);
+  if (!sockets) {
+    Log(sockets.error().message());
+    return 1;
+  }
   auto started = Service::Start(o, o.config);
   if (!started) {
+    RemoveControlSocket(sockets->control);
     Log(started.error().message());
     return 1;
   }
@@ -59,30 +68,7 @@ int Run(const Options& o) {
   Log("ready: " + ready);
   ServiceNotify::Ready(ready);
   service.LogIsolation();
-
-  const timespec tick{o.stats_interval_s > 0 ? o.stats_interval_s : 3600, 0};
-  for (;;) {
-    siginfo_t info{};
-    const int sig = sigtimedwait(&signals, &info, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      if (o.drain_timeout.count() == 0) {
-        Log("stopping on " + name + " (--drain-timeout 0: open connections are reset)");
-        ServiceNotify::Stopping("stopping: open connections are reset");
-      } else {
-        Log("stopping on " + name + ": draining");
-        service.Drain(o.drain_timeout, signals);
-      }
-      break;
-    }
-    if (sig == SIGHUP) {
-      Reload(service, o);
-    } else if (sig == SIGUSR1 || (sig < 0 && o.stats_interval_s > 0)) {
-      service.PrintStats();
-    }
-  }
-  service.Stop();
-  return 0;
+  return RunControlLoop(service, o, std::move(*sockets));
 }
 
 }  // namespace
@@ -90,6 +76,9 @@ int Run(const Options& o) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "ctl") {
+    return xdpfwd::RunControlClient(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   auto options = xdpfwd::ParseCommandLine(args);
   if (!options) {
     std::fprintf(stderr, "xdpfwd: %s\n(xdpfwd --help lists the options)\n",

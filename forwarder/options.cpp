@@ -7,6 +7,7 @@
 #include <charconv>
 #include <thread>
 
+#include "forwarder/control_socket.h"
 #include "os/cpu_list.h"
 
 namespace xdpfwd {
@@ -42,6 +43,7 @@ Result<PortRange> ParsePortRange(const std::string& text) {
 const char* Usage() {
   return "usage: xdpfwd [options] LISTEN BACKEND   e.g. xdpfwd 10.0.1.1:9000 10.0.0.2:9001\n"
          "       xdpfwd [options] -c RULES_FILE    rinetd's format (xdpfwd.conf(5))\n"
+         "       xdpfwd ctl [--control PATH] COMMAND   ask a running xdpfwd (ctl help)\n"
          "\n"
          "Rules\n"
          "  LISTEN BACKEND           one rule: ADDR:PORT to listen on, ADDR:PORT to forward to\n"
@@ -99,6 +101,9 @@ const char* Usage() {
          "                           them on the backend-side interface\n"
          "\n"
          "Logs and control\n"
+         "  --control PATH           the control socket (default /run/xdpfwd/control; none:\n"
+         "                           no socket); xdpfwd ctl help lists its commands\n"
+         "  --metrics ADDR:PORT      serve Prometheus metrics at http://ADDR:PORT/metrics\n"
          "  --stats-interval SEC     print counters every SEC seconds (also on SIGUSR1)\n"
          "  -v                       more detail\n"
          "\n"
@@ -176,6 +181,7 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
 
 Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
   Options o;
+  o.control_path = kDefaultControlPath;
   std::vector<std::string> positional;
   std::vector<std::string> args;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -317,6 +323,16 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
         }
         o.backend_sources.push_back(addr);
       }
+    } else if (a == "--control") {
+      XDPFWD_VALUE(v);
+      if (v->empty()) return Error{{}, "--control: give a socket path, or none"};
+      o.control_path = *v == "none" ? "" : *v;
+      o.control_given = true;
+    } else if (a == "--metrics") {
+      XDPFWD_VALUE(v);
+      auto address = ParseSocketAddress(*v);
+      if (!address) return Error{{}, "--metrics: " + address.error().message()};
+      o.metrics = *address;
     } else if (a == "--stats-interval") {
       XDPFWD_VALUE(v);
       auto n = ParseNumber<int>(a, *v, 0, 86400);

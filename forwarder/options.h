@@ -55,6 +55,12 @@ struct Options {
   // --tune KEY=VALUE: the measurement levers, one value for both paths (forwarder/tuning.h).
   Tuning tuning;
   int stats_interval_s = 0;
+  // --control PATH: the control socket (forwarder/control_socket.h); "none": no socket. Left at
+  // the default, a socket another process holds is a warning, not an error.
+  std::string control_path;
+  bool control_given = false;
+  // --metrics ADDR:PORT: Prometheus's /metrics over HTTP; unset: none.
+  std::optional<SocketAddress> metrics;
   int verbosity = 0;
   bool help = false;       // -h, --help; also set by --help-tune
   bool help_tune = false;  // --help-tune

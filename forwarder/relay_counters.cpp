@@ -4,7 +4,7 @@
 namespace xdpfwd {
 
 RelayTotals& RelayTotals::operator+=(const RelayTotals& o) {
-#define XDPFWD_FIELD(name, what) name += o.name;
+#define XDPFWD_FIELD(name, kind, what) name += o.name;
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   return *this;
@@ -12,8 +12,8 @@ RelayTotals& RelayTotals::operator+=(const RelayTotals& o) {
 
 std::string RelayTotals::Format() const {
   std::string out;
-#define XDPFWD_FIELD(name, what) \
-  if (!out.empty()) out += ' ';  \
+#define XDPFWD_FIELD(name, kind, what) \
+  if (!out.empty()) out += ' ';        \
   out += #name "=" + std::to_string(name);
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
@@ -22,7 +22,7 @@ std::string RelayTotals::Format() const {
 
 RelayTotals RelayCounters::Snapshot() const {
   RelayTotals t;
-#define XDPFWD_FIELD(name, what) t.name = name.load(std::memory_order_relaxed);
+#define XDPFWD_FIELD(name, kind, what) t.name = name.load(std::memory_order_relaxed);
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   return t;

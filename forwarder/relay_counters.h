@@ -26,30 +26,30 @@ struct RelayLimits {
   std::chrono::milliseconds stall_timeout{120'000};
 };
 
-// X(name, what it counts). One list, so the live counters, the snapshot and the formatter can
-// never disagree.
-#define XDPFWD_RELAY_COUNTERS(X)                                                 \
-  X(accepted, "client connections taken")                                        \
-  X(active, "open now: client leg or backend leg still alive")                   \
-  X(completed, "ended with both directions closed cleanly")                      \
-  X(over_limit, "refused because max_connections was reached")                   \
-  X(not_allowed, "refused by access control: no allow pattern matched (closed)") \
-  X(denied, "refused by access control: a deny pattern matched (closed)")        \
-  X(backend_refused, "backend answered the SYN with a reset; client was reset")  \
-  X(backend_timeout, "backend did not complete the handshake in time")           \
-  X(backend_error, "backend leg could not be started (no memory, no flow slot)") \
-  X(backend_no_port, "backend leg refused: no local port left toward it")        \
-  X(idle_timeout, "reset on both legs for idleness")                             \
-  X(stall_timeout, "reset: a peer took no bytes while some waited for it")       \
-  X(client_reset, "client reset or aborted; backend leg was reset")              \
-  X(backend_reset, "backend reset mid-stream; client leg was reset")             \
-  X(shutdown_reset, "reset on both legs because xdpfwd was stopping")            \
-  X(bytes_to_backend, "payload bytes relayed client -> backend")                 \
-  X(bytes_to_client, "payload bytes relayed backend -> client")
+// X(name, kind, what it counts), kind counter (only grows) or gauge (a level now). One list, so
+// the live counters, the snapshot, the formatter and the metrics can never disagree.
+#define XDPFWD_RELAY_COUNTERS(X)                                                          \
+  X(accepted, counter, "client connections taken")                                        \
+  X(active, gauge, "open now: client leg or backend leg still alive")                     \
+  X(completed, counter, "ended with both directions closed cleanly")                      \
+  X(over_limit, counter, "refused because max_connections was reached")                   \
+  X(not_allowed, counter, "refused by access control: no allow pattern matched (closed)") \
+  X(denied, counter, "refused by access control: a deny pattern matched (closed)")        \
+  X(backend_refused, counter, "backend answered the SYN with a reset; client was reset")  \
+  X(backend_timeout, counter, "backend did not complete the handshake in time")           \
+  X(backend_error, counter, "backend leg could not be started (no memory, no flow slot)") \
+  X(backend_no_port, counter, "backend leg refused: no local port left toward it")        \
+  X(idle_timeout, counter, "reset on both legs for idleness")                             \
+  X(stall_timeout, counter, "reset: a peer took no bytes while some waited for it")       \
+  X(client_reset, counter, "client reset or aborted; backend leg was reset")              \
+  X(backend_reset, counter, "backend reset mid-stream; client leg was reset")             \
+  X(shutdown_reset, counter, "reset on both legs because xdpfwd was stopping")            \
+  X(bytes_to_backend, counter, "payload bytes relayed client -> backend")                 \
+  X(bytes_to_client, counter, "payload bytes relayed backend -> client")
 
 // A plain copy, summable across threads and paths.
 struct RelayTotals {
-#define XDPFWD_FIELD(name, what) uint64_t name = 0;
+#define XDPFWD_FIELD(name, kind, what) uint64_t name = 0;
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   RelayTotals& operator+=(const RelayTotals& o);
@@ -58,7 +58,7 @@ struct RelayTotals {
 };
 
 struct RelayCounters {
-#define XDPFWD_FIELD(name, what) std::atomic<uint64_t> name{0};
+#define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
 

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "forwarder/service_notify.h"
 #include "os/isolation.h"
 #include "os/log.h"
+#include "xdp/steer.h"
 #include "xdpfwd_lwip_hooks.h"
 
 namespace xdpfwd {
@@ -112,7 +114,12 @@ std::string ReloadSummary::Format() const {
          std::to_string(added) + ", removed " + std::to_string(removed);
 }
 
-Service::Service(const Options& options) : options_(options) {}
+Service::Service(const Options& options)
+    : options_(options),
+      start_time_unix_ms_(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count()),
+      started_(std::chrono::steady_clock::now()) {}
 
 Service::~Service() { Stop(); }
 
@@ -364,35 +371,12 @@ uint64_t Service::OpenConnections() const {
 }
 
 // UDP associations have no end of their own to wait for: they end when the drain starts.
-void Service::Drain(std::chrono::milliseconds limit, const sigset_t& signals) {
+uint64_t Service::BeginDrain() {
+  draining_ = true;
   if (fast_) fast_->StopAccepting();
   if (kernel_) kernel_->StopAccepting();
   if (datagram_) datagram_->Stop();
-  const auto start = std::chrono::steady_clock::now();
-  uint64_t open = OpenConnections();
-  const std::string seconds = std::to_string(limit.count() / 1000.0).substr(0, 4) + " s";
-  Log("drain: accepting no new connections; " + std::to_string(open) +
-      " open, waiting for them at most " + seconds +
-      " (a second SIGTERM or SIGINT resets them at once)");
-  ServiceNotify::Stopping("draining: " + std::to_string(open) + " open connection(s)");
-  const timespec poll{0, 100'000'000};  // 10 Hz: each look asks the workers for numbers
-  while (open > 0) {
-    if (std::chrono::steady_clock::now() - start >= limit) {
-      Log("drain: " + std::to_string(open) + " connection(s) still open after " + seconds +
-          ": resetting them");
-      return;
-    }
-    siginfo_t info{};
-    const int sig = sigtimedwait(&signals, &info, &poll);
-    if (sig == SIGINT || sig == SIGTERM) {
-      Log("drain: second signal: resetting " + std::to_string(open) + " open connection(s)");
-      return;
-    }
-    open = OpenConnections();
-  }
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - start);
-  Log("drain: every connection ended (" + std::to_string(took.count()) + " ms)");
+  return OpenConnections();
 }
 
 void Service::Stop() {
@@ -409,7 +393,7 @@ void Service::Stop() {
 
 // Whether each spinning thread has its core to itself (docs/tuning.md). Kernel-path threads are
 // never pinned; they spin only with --busy-poll.
-void Service::LogIsolation() const {
+void Service::LogIsolation() {
   const FastPath* fast = fast_.get();
   const KernelPath* kernel = kernel_.get();
   std::vector<SpinningThread> spinning;
@@ -431,6 +415,7 @@ void Service::LogIsolation() const {
   const IsolationReport r = ReportIsolation(ReadIsolationFacts(own), spinning);
   for (const std::string& line : r.lines) Log("isolation: " + line);
   for (const std::string& warning : r.warnings) Log("isolation warning: " + warning);
+  isolation_warnings_ = r.warnings;
 }
 
 void Service::PrintStats() const {
@@ -467,6 +452,66 @@ void Service::PrintStats() const {
         " dropped=" + std::to_string(s.dropped + ring_dropped) + " write_errors=" +
         std::to_string(s.write_errors) + " reopens=" + std::to_string(s.reopens));
   }
+}
+
+ServiceReport Service::Report() const {
+  ServiceReport r;
+  r.version = XDPFWD_VERSION;
+  r.pid = static_cast<int>(getpid());
+  r.start_time_unix_ms = start_time_unix_ms_;
+  r.uptime_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - started_)
+                                          .count());
+  r.path_choice = PathName(options_.path);
+  r.config_file = options_.config_file;
+  r.draining = draining_;
+  r.warnings = isolation_warnings_;
+  for (const Rule& rule : running_.rules) {
+    RuleReport rr;
+    rr.id = rule.id;
+    rr.listen = ToString(rule.listen);
+    rr.backend = ToString(rule.backend);
+    rr.protocol = rule.is_stream() ? "tcp"
+                                   : std::string(ProtocolName(rule.listen_protocol)) + " -> " +
+                                         std::string(ProtocolName(rule.backend_protocol));
+    const bool fast = std::any_of(fast_rules_.begin(), fast_rules_.end(),
+                                  [&](const Rule& f) { return f.id == rule.id; });
+    rr.path = !rule.is_stream() ? "datagram" : fast && fast_ ? "fast" : "kernel";
+    r.rules.push_back(std::move(rr));
+  }
+  if (fast_) {
+    std::vector<FastPathSnapshot> each;
+    r.fast = fast_->Snapshot(&each);
+    r.fast_description = fast_->description();
+    const std::vector<int> pids = fast_->worker_pids();
+    const std::vector<int> cpus = fast_->worker_cpus();
+    for (size_t w = 0; w < each.size(); ++w) {
+      WorkerReport wr;
+      wr.index = static_cast<uint32_t>(w);
+      wr.pid = w < pids.size() ? pids[w] : -1;
+      wr.cpu = w < cpus.size() ? cpus[w] : -1;
+      wr.counters = std::move(each[w]);
+      r.workers.push_back(std::move(wr));
+    }
+    const SteerCounters steer = fast_->SteerDecisions();
+    for (size_t i = 0; i < kSteerReasonCount; ++i) {
+      r.steer.push_back(
+          {std::string(ReasonName(static_cast<SteerReason>(i))), steer[i].packets, steer[i].bytes});
+    }
+  }
+  if (kernel_) {
+    r.kernel = kernel_->Totals();
+    r.kernel_threads = kernel_->threads();
+    r.kernel_busy_poll = kernel_->busy_poll();
+  }
+  if (datagram_) r.datagram = datagram_->Totals();
+  if (log_) {
+    SessionLog::Stats s = log_->stats();
+    if (fast_) s.dropped += fast_->SessionRecordsDropped();
+    r.access_log = s;
+    r.access_log_file = running_.logfile;
+  }
+  return r;
 }
 
 }  // namespace xdpfwd

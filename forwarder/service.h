@@ -1,10 +1,9 @@
 // The xdpfwd process's one owner: starts what a configuration needs (the fast path, the
 // kernel path, the datagram relay, the access log, the pid file), serves a new configuration
-// on SIGHUP without dropping a connection, drains on SIGTERM, and stops. main.cpp takes the
-// signals and calls it; nothing else starts or stops a path.
+// on SIGHUP without dropping a connection, drains on SIGTERM, and stops. The control loop
+// (forwarder/control_loop.h) takes signals and commands and calls it; nothing else starts or
+// stops a path.
 #pragma once
-
-#include <signal.h>
 
 #include <chrono>
 #include <memory>
@@ -17,6 +16,7 @@
 #include "forwarder/kernel_path.h"
 #include "forwarder/options.h"
 #include "forwarder/rules.h"
+#include "forwarder/service_report.h"
 #include "forwarder/session_log.h"
 #include "os/result.h"
 
@@ -41,9 +41,12 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   std::string ReadyLine() const;  // "path=auto rules: ...; fast path on ...; ..."
-  void LogIsolation() const;      // whether each spinning thread has its core to itself
+  void LogIsolation();            // whether each spinning thread has its core to itself
   void PrintStats() const;        // every path's counters (SIGUSR1)
   void ReopenLog();               // logrotate's SIGHUP
+  // Everything the paths publish now, for the control socket and the metrics: one round of
+  // requests to the fast path's workers (bounded; forwarder/fast_path.h's Snapshot).
+  ServiceReport Report() const;
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added
@@ -51,16 +54,17 @@ class Service {
   // configuration that cannot be served leaves the running one in place and says why.
   Result<ReloadSummary> Reload(Config next);
 
-  // SIGTERM: no path accepts any more; waits while connections are open, at most `limit`, or
-  // until one of `signals` arrives. Stop() then resets what is left.
-  void Drain(std::chrono::milliseconds limit, const sigset_t& signals);
+  // SIGTERM: no path accepts any more; returns the connections still open. The caller waits
+  // for OpenConnections() to reach 0 (or its limit), then calls Stop(), which resets the rest.
+  uint64_t BeginDrain();
+  bool draining() const { return draining_; }
+  uint64_t OpenConnections() const;
   void Stop();  // resets what is open, detaches XDP; idempotent
 
  private:
   explicit Service(const Options& options);
   Result<void> StartKernelPath(const std::vector<Rule>& stream_rules);
   Result<void> StartDatagramPath(const std::vector<Rule>& rules);
-  uint64_t OpenConnections() const;
 
   const Options options_;
   Config running_;
@@ -73,6 +77,10 @@ class Service {
   std::unique_ptr<DatagramPath> datagram_;
   std::unique_ptr<PidFile> pid_file_;
   bool stopped_ = false;
+  bool draining_ = false;
+  std::vector<std::string> isolation_warnings_;  // LogIsolation's, for Report()
+  const int64_t start_time_unix_ms_;
+  const std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace xdpfwd

@@ -76,6 +76,13 @@ void ChildProcess::ReadAvailable(int timeout_ms) {
   }
 }
 
+void ChildProcess::ReadPending() {
+  for (size_t before = output_.size() + 1; out_fd_ >= 0 && output_.size() != before;) {
+    before = output_.size();
+    ReadAvailable(0);
+  }
+}
+
 bool ChildProcess::WaitForLine(const std::string& needle, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

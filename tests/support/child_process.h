@@ -31,6 +31,9 @@ class ChildProcess {
   void CloseStdin();
   // Waits for exit; the exit code (or 128 + signal), nullopt on timeout.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
+  // Reads whatever the child has written by now, without waiting (a child whose output pipe
+  // fills up blocks in its next write).
+  void ReadPending();
   // Everything read so far (after Wait, everything the child wrote).
   const std::string& output() const { return output_; }
 

@@ -19,7 +19,7 @@ RelayTotals RelayFromStats(const std::map<std::string, uint64_t>& stats,
     const auto it = stats.find(prefix + name);
     return it == stats.end() ? uint64_t{0} : it->second;
   };
-#define XDPFWD_FROM_STATS(name, what) r.name = get(#name);
+#define XDPFWD_FROM_STATS(name, kind, what) r.name = get(#name);
   XDPFWD_RELAY_COUNTERS(XDPFWD_FROM_STATS)
 #undef XDPFWD_FROM_STATS
   return r;

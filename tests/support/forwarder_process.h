@@ -1,6 +1,6 @@
 // The real xdpfwd binary under test: started as a child process with a rule from a topology,
-// ready when it logs its "ready:" line, its counters read by sending SIGUSR1 and parsing the
-// key=value lines it prints, stopped with SIGTERM.
+// ready when it logs its "ready:" line, its counters read from its control socket as JSON
+// (`show counters`), stopped with SIGTERM.
 #pragma once
 
 #include <sys/types.h>
@@ -30,9 +30,13 @@ class ForwarderProcess {
                                                       const std::vector<std::string>& extra = {});
   ~ForwarderProcess();
 
-  // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow"...
-  // A counter the running paths do not print is absent (reads as 0 through Get).
+  // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow",
+  // "worker.0.rx_packets", "datagram.bytes_in", "access_log.lines"... from `show counters`. A
+  // counter the running paths do not have is absent (reads as 0 through Get).
   std::map<std::string, uint64_t> Stats();
+  // One control command's answer (the forwarder's own socket, or the --control it was given).
+  std::string Control(const std::string& command);
+  const std::string& control_path() const { return control_path_; }
   // Polls Stats() until `done` holds or `timeout` passes; the last counters either way.
   std::map<std::string, uint64_t> WaitForStats(
       const std::function<bool(const std::map<std::string, uint64_t>&)>& done,
@@ -63,6 +67,8 @@ class ForwarderProcess {
   ForwarderProcess(const std::string& path, std::vector<std::string> argv);
   void Launch(std::vector<std::string> argv);  // throws if not ready in 10 s
   std::string path_;
+  std::string control_path_;     // empty: --control none
+  bool remove_control_ = false;  // ours to remove (a test-made path)
   std::unique_ptr<ChildProcess> child_;
 };
 

@@ -1,0 +1,563 @@
+// The service's report as metrics, JSON and the control socket's tables (exposition.h).
+#include "forwarder/exposition.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace xdpfwd {
+namespace {
+
+// One counter of a list, as the X-macros give it.
+struct Field {
+  std::string_view name;  // the field's (and the stats line's) name
+  bool gauge = false;
+  std::string_view what;  // empty where the list has none
+  uint64_t value = 0;
+};
+
+std::vector<Field> RelayFields(const RelayTotals& t) {
+  std::vector<Field> out;
+#define XDPFWD_FIELD(name, kind, what) out.push_back({#name, #kind[0] == 'g', what, t.name});
+  XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return out;
+}
+
+std::vector<Field> FastFields(const FastPathCounters& c) {
+  std::vector<Field> out;
+#define XDPFWD_FIELD(field, kind, name) out.push_back({name, #kind[0] == 'g', {}, c.field});
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return out;
+}
+
+std::vector<Field> KernelFields(const KernelPathTotals& t) {
+  std::vector<Field> out;
+#define XDPFWD_FIELD(name, kind, what) out.push_back({#name, #kind[0] == 'g', what, t.name});
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return out;
+}
+
+std::vector<Field> DatagramFields(const DatagramPathTotals& t) {
+  std::vector<Field> out;
+#define XDPFWD_FIELD(name, kind, what) out.push_back({#name, #kind[0] == 'g', what, t.name});
+  XDPFWD_DATAGRAM_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  return out;
+}
+
+// The fast path's counters that the control process keeps (flow maps, restarts): they are in
+// the sum only, never in a worker's numbers, so they carry no worker label.
+bool ControlProcessField(std::string_view name) {
+  return name == "flows" || name == "client_flows" || name == "stray_flows_reaped" ||
+         name == "workers" || name == "worker_restarts";
+}
+
+bool EndsWith(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
+std::string Seconds(uint64_t ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ms) / 1000.0);
+  return text;
+}
+
+// Prometheus's text format: a family's HELP and TYPE once, then its samples.
+class Prometheus {
+ public:
+  using Labels = std::vector<std::pair<std::string_view, std::string>>;
+
+  void Family(const std::string& name, bool gauge, std::string_view help) {
+    out_ += "# HELP " + name + ' ';
+    for (char c : help) {  // HELP escapes backslash and newline
+      if (c == '\\') {
+        out_ += "\\\\";
+      } else if (c == '\n') {
+        out_ += "\\n";
+      } else {
+        out_ += c;
+      }
+    }
+    out_ += "\n# TYPE " + name + (gauge ? " gauge\n" : " counter\n");
+  }
+  void Sample(const std::string& name, const Labels& labels, uint64_t value) {
+    Start(name, labels);
+    out_ += std::to_string(value) + '\n';
+  }
+  void Sample(const std::string& name, const Labels& labels, double value) {
+    Start(name, labels);
+    // Seconds to the nanosecond, without the zeros a fixed format would add.
+    char text[64];
+    std::snprintf(text, sizeof text, "%.9f", value);
+    std::string v = text;
+    if (v.find('.') != std::string::npos) {
+      v.erase(v.find_last_not_of('0') + 1);
+      if (v.back() == '.') v.pop_back();
+    }
+    out_ += v + '\n';
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Start(const std::string& name, const Labels& labels) {
+    out_ += name;
+    if (labels.empty()) {
+      out_ += ' ';
+      return;
+    }
+    out_ += '{';
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (i > 0) out_ += ',';
+      out_ += std::string(labels[i].first) + "=\"";
+      for (char c : labels[i].second) {  // label values escape backslash, quote, newline
+        if (c == '\\' || c == '"') {
+          out_ += '\\';
+          out_ += c;
+        } else if (c == '\n') {
+          out_ += "\\n";
+        } else {
+          out_ += c;
+        }
+      }
+      out_ += '"';
+    }
+    out_ += "} ";
+  }
+  std::string out_;
+};
+
+// A counter list's field as a metric: `prefix` + name, nanoseconds as seconds, _total on
+// counters.
+struct MetricName {
+  std::string name;
+  bool nanoseconds = false;
+};
+MetricName NameFor(std::string_view prefix, const Field& f) {
+  MetricName m{std::string(prefix), false};
+  std::string_view base = f.name;
+  if (EndsWith(base, "_ns")) {
+    base.remove_suffix(3);
+    m.nanoseconds = true;
+  }
+  m.name += base;
+  if (m.nanoseconds) m.name += "_seconds";
+  if (!f.gauge) m.name += "_total";
+  return m;
+}
+
+// Relay counters of both TCP paths: accepted, open and bytes by name, every other counter is a
+// way a connection ended (relay_counters.h), one family with a `how` label.
+void RelayMetrics(Prometheus& p, const ServiceReport& r) {
+  std::vector<std::pair<std::string, std::vector<Field>>> paths;
+  if (r.fast) paths.emplace_back("fast", RelayFields(r.fast->relay));
+  if (r.kernel) paths.emplace_back("kernel", RelayFields(r.kernel->relay));
+  if (paths.empty()) return;
+  auto family = [&](const std::string& name, bool gauge, std::string_view help, auto pick) {
+    p.Family(name, gauge, help);
+    for (const auto& [path, fields] : paths) {
+      for (const Field& f : fields) {
+        if (auto labels = pick(f)) {
+          labels->insert(labels->begin(), {"path", path});
+          p.Sample(name, *labels, f.value);
+        }
+      }
+    }
+  };
+  using Labels = std::optional<Prometheus::Labels>;
+  family("xdpfwd_connections_accepted_total", false, "client connections taken",
+         [](const Field& f) {
+           return f.name == "accepted" ? Labels(Prometheus::Labels{}) : Labels();
+         });
+  family(
+      "xdpfwd_connections_open", true, "connections open now: client or backend leg alive",
+      [](const Field& f) { return f.name == "active" ? Labels(Prometheus::Labels{}) : Labels(); });
+  family("xdpfwd_relayed_bytes_total", false, "payload bytes relayed, by direction",
+         [](const Field& f) {
+           if (f.name == "bytes_to_backend")
+             return Labels(Prometheus::Labels{{"direction", "to_backend"}});
+           if (f.name == "bytes_to_client")
+             return Labels(Prometheus::Labels{{"direction", "to_client"}});
+           return Labels();
+         });
+  family("xdpfwd_connections_ended_total", false,
+         "connections that ended, by how (completed, refused, reset, timed out: "
+         "forwarder/relay_counters.h says what each counts)",
+         [](const Field& f) {
+           if (f.name == "accepted" || f.name == "active" || f.name == "bytes_to_backend" ||
+               f.name == "bytes_to_client") {
+             return Labels();
+           }
+           return Labels(Prometheus::Labels{{"how", std::string(f.name)}});
+         });
+}
+
+void FastPathMetrics(Prometheus& p, const ServiceReport& r) {
+  if (!r.fast) return;
+  p.Family("xdpfwd_fast_path_worker_info", true, "a fast-path worker process: its pid and CPU");
+  for (const WorkerReport& w : r.workers) {
+    p.Sample("xdpfwd_fast_path_worker_info",
+             {{"worker", std::to_string(w.index)},
+              {"pid", std::to_string(w.pid)},
+              {"cpu", std::to_string(w.cpu)}},
+             uint64_t{1});
+  }
+  const std::vector<Field> total = FastFields(*r.fast);
+  std::vector<std::vector<Field>> each;
+  for (const WorkerReport& w : r.workers) each.push_back(FastFields(w.counters));
+  for (size_t i = 0; i < total.size(); ++i) {
+    const Field& f = total[i];
+    const MetricName m = NameFor("xdpfwd_fast_path_", f);
+    const std::string help = "fast path: " + std::string(f.name) +
+                             (ControlProcessField(f.name) ? "" : ", per worker") +
+                             " (docs/observability.md)";
+    p.Family(m.name, f.gauge, help);
+    auto sample = [&](const Prometheus::Labels& labels, uint64_t v) {
+      if (m.nanoseconds) {
+        p.Sample(m.name, labels, static_cast<double>(v) / 1e9);
+      } else {
+        p.Sample(m.name, labels, v);
+      }
+    };
+    if (ControlProcessField(f.name) || each.empty()) {
+      sample({}, f.value);
+      continue;
+    }
+    for (size_t w = 0; w < each.size(); ++w) {
+      sample({{"worker", std::to_string(r.workers[w].index)}}, each[w][i].value);
+    }
+  }
+  p.Family("xdpfwd_fast_path_queue_rx_packets_total", false,
+           "packets an AF_XDP socket received, by worker, interface and RX queue");
+  for (const WorkerReport& w : r.workers) {
+    for (const QueueRx& q : w.counters.rx_by_queue) {
+      p.Sample("xdpfwd_fast_path_queue_rx_packets_total",
+               {{"worker", std::to_string(w.index)},
+                {"interface", q.ifname},
+                {"queue", std::to_string(q.queue)}},
+               q.packets);
+    }
+  }
+  p.Family("xdpfwd_steer_packets_total", false,
+           "the steering program's decisions, by reason (docs/steering.md)");
+  for (const SteerReasonCount& s : r.steer) {
+    p.Sample("xdpfwd_steer_packets_total", {{"reason", s.reason}}, s.packets);
+  }
+  p.Family("xdpfwd_steer_bytes_total", false,
+           "bytes of the packets the steering program decided on, by reason");
+  for (const SteerReasonCount& s : r.steer) {
+    p.Sample("xdpfwd_steer_bytes_total", {{"reason", s.reason}}, s.bytes);
+  }
+}
+
+void ListMetrics(Prometheus& p, std::string_view prefix, const std::vector<Field>& fields) {
+  for (const Field& f : fields) {
+    const MetricName m = NameFor(prefix, f);
+    p.Family(m.name, f.gauge, f.what);
+    p.Sample(m.name, {}, f.value);
+  }
+}
+
+// A minimal JSON writer: objects and arrays opened and closed in order, commas kept.
+class Json {
+ public:
+  Json& Open(std::string_view key, char bracket) {
+    Key(key);
+    out_ += bracket;
+    first_ = true;
+    return *this;
+  }
+  Json& Close(char bracket) {
+    out_ += bracket;
+    first_ = false;
+    return *this;
+  }
+  Json& Number(std::string_view key, uint64_t v) {
+    Key(key);
+    out_ += std::to_string(v);
+    return *this;
+  }
+  Json& Signed(std::string_view key, int64_t v) {
+    Key(key);
+    out_ += std::to_string(v);
+    return *this;
+  }
+  Json& Bool(std::string_view key, bool v) {
+    Key(key);
+    out_ += v ? "true" : "false";
+    return *this;
+  }
+  Json& String(std::string_view key, std::string_view v) {
+    Key(key);
+    Quote(v);
+    return *this;
+  }
+  Json& Fields(const std::vector<Field>& fields) {
+    for (const Field& f : fields) Number(f.name, f.value);
+    return *this;
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  // An empty key: an array element.
+  void Key(std::string_view key) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    if (!key.empty()) {
+      Quote(key);
+      out_ += ':';
+    }
+  }
+  void Quote(std::string_view v) {
+    out_ += '"';
+    for (char c : v) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        out_ += '\\';
+        out_ += c;
+      } else if (u < 0x20) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", u);
+        out_ += esc;
+      } else {
+        out_ += c;
+      }
+    }
+    out_ += '"';
+  }
+  std::string out_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+std::string MetricsText(const ServiceReport& r) {
+  Prometheus p;
+  p.Family("xdpfwd_build_info", true, "the running version");
+  p.Sample("xdpfwd_build_info", {{"version", r.version}}, uint64_t{1});
+  p.Family("xdpfwd_start_time_seconds", true, "when the process started, Unix time");
+  p.Sample("xdpfwd_start_time_seconds", {}, static_cast<double>(r.start_time_unix_ms) / 1000.0);
+  p.Family("xdpfwd_draining", true, "1 while draining: no path accepts new connections");
+  p.Sample("xdpfwd_draining", {}, uint64_t{r.draining ? 1u : 0u});
+  p.Family("xdpfwd_reloads_total", false, "configuration reloads, by result");
+  p.Sample("xdpfwd_reloads_total", {{"result", "applied"}}, r.reloads - r.reloads_refused);
+  p.Sample("xdpfwd_reloads_total", {{"result", "refused"}}, r.reloads_refused);
+  p.Family("xdpfwd_warnings", true, "warnings about the host now (show info lists them)");
+  p.Sample("xdpfwd_warnings", {}, static_cast<uint64_t>(r.warnings.size()));
+  p.Family("xdpfwd_rule_info", true,
+           "a rule of the running configuration and the path that takes it");
+  for (const RuleReport& rule : r.rules) {
+    p.Sample("xdpfwd_rule_info",
+             {{"rule", std::to_string(rule.id)},
+              {"listen", rule.listen},
+              {"backend", rule.backend},
+              {"protocol", rule.protocol},
+              {"path", rule.path}},
+             uint64_t{1});
+  }
+  RelayMetrics(p, r);
+  FastPathMetrics(p, r);
+  if (r.kernel) ListMetrics(p, "xdpfwd_kernel_path_", KernelFields(*r.kernel));
+  if (r.datagram) ListMetrics(p, "xdpfwd_datagram_", DatagramFields(*r.datagram));
+  if (r.access_log) {
+    const SessionLog::Stats& s = *r.access_log;
+    const std::vector<Field> fields = {
+        {"lines", false, "access log lines written", s.lines},
+        {"dropped", false, "access log lines lost: the writer was behind", s.dropped},
+        {"write_errors", false, "access log lines lost: write(2) failed", s.write_errors},
+        {"reopens", false, "access log reopened (SIGHUP, reload)", s.reopens},
+    };
+    ListMetrics(p, "xdpfwd_access_log_", fields);
+  }
+  return p.Take();
+}
+
+std::string ReportJson(const ServiceReport& r) {
+  Json j;
+  j.Open({}, '{')
+      .String("version", r.version)
+      .Signed("pid", r.pid)
+      .Signed("start_time_unix_ms", r.start_time_unix_ms)
+      .Number("uptime_ms", r.uptime_ms)
+      .String("path", r.path_choice)
+      .String("config_file", r.config_file)
+      .Bool("draining", r.draining)
+      .Number("reloads", r.reloads)
+      .Number("reloads_refused", r.reloads_refused);
+  j.Open("warnings", '[');
+  for (const std::string& w : r.warnings) j.String({}, w);
+  j.Close(']');
+  j.Open("rules", '[');
+  for (const RuleReport& rule : r.rules) {
+    j.Open({}, '{')
+        .Number("id", rule.id)
+        .String("listen", rule.listen)
+        .String("backend", rule.backend)
+        .String("protocol", rule.protocol)
+        .String("path", rule.path)
+        .Close('}');
+  }
+  j.Close(']');
+  if (r.fast) {
+    j.Open("fast_path", '{').String("description", r.fast_description);
+    j.Open("total", '{').Fields(RelayFields(r.fast->relay)).Fields(FastFields(*r.fast)).Close('}');
+    j.Open("workers", '[');
+    for (const WorkerReport& w : r.workers) {
+      j.Open({}, '{').Number("index", w.index).Signed("pid", w.pid).Signed("cpu", w.cpu);
+      j.Open("counters", '{')
+          .Fields(RelayFields(w.counters.relay))
+          .Fields(FastFields(w.counters))
+          .Close('}');
+      j.Open("rx_by_queue", '[');
+      for (const QueueRx& q : w.counters.rx_by_queue) {
+        j.Open({}, '{')
+            .String("interface", q.ifname)
+            .Number("queue", q.queue)
+            .Number("packets", q.packets)
+            .Close('}');
+      }
+      j.Close(']').Close('}');
+    }
+    j.Close(']');
+    j.Open("steer", '{');
+    for (const SteerReasonCount& s : r.steer) {
+      j.Open(s.reason, '{').Number("packets", s.packets).Number("bytes", s.bytes).Close('}');
+    }
+    j.Close('}').Close('}');
+  }
+  if (r.kernel) {
+    j.Open("kernel_path", '{')
+        .Number("threads", static_cast<uint64_t>(r.kernel_threads))
+        .Bool("busy_poll", r.kernel_busy_poll);
+    j.Open("total", '{')
+        .Fields(RelayFields(r.kernel->relay))
+        .Fields(KernelFields(*r.kernel))
+        .Close('}')
+        .Close('}');
+  }
+  if (r.datagram) j.Open("datagram_path", '{').Fields(DatagramFields(*r.datagram)).Close('}');
+  if (r.access_log) {
+    j.Open("access_log", '{')
+        .String("file", r.access_log_file)
+        .Number("lines", r.access_log->lines)
+        .Number("dropped", r.access_log->dropped)
+        .Number("write_errors", r.access_log->write_errors)
+        .Number("reopens", r.access_log->reopens)
+        .Close('}');
+  }
+  j.Close('}');
+  return j.Take() + "\n";
+}
+
+std::string StatCsv(const ServiceReport& r) {
+  std::string out = "# path,rules";
+  for (const Field& f : RelayFields({})) out += "," + std::string(f.name);
+  out += '\n';
+  auto row = [&](const char* path, const RelayTotals& t) {
+    size_t rules = 0;
+    for (const RuleReport& rule : r.rules) rules += rule.path == path;
+    out += std::string(path) + "," + std::to_string(rules);
+    for (const Field& f : RelayFields(t)) out += "," + std::to_string(f.value);
+    out += '\n';
+  };
+  if (r.fast) row("fast", r.fast->relay);
+  if (r.kernel) row("kernel", r.kernel->relay);
+  return out;
+}
+
+std::string InfoText(const ServiceReport& r) {
+  std::string out;
+  auto line = [&](const std::string& name, const std::string& value) {
+    out += name + ": " + value + '\n';
+  };
+  line("version", r.version);
+  line("pid", std::to_string(r.pid));
+  line("uptime", Seconds(r.uptime_ms) + " s");
+  line("configuration", r.config_file.empty() ? "command line" : r.config_file);
+  line("path", r.path_choice);
+  line("state", r.draining ? "draining" : "serving");
+  line("reloads",
+       std::to_string(r.reloads) + " (" + std::to_string(r.reloads_refused) + " refused)");
+  for (const RuleReport& rule : r.rules) {
+    line("rule " + std::to_string(rule.id),
+         rule.listen + " -> " + rule.backend + " (" + rule.protocol + ", " + rule.path + " path)");
+  }
+  if (r.fast) {
+    line("fast path", r.fast_description);
+    std::string workers = std::to_string(r.workers.size());
+    for (const WorkerReport& w : r.workers) {
+      workers += (w.index == 0 ? ": " : ", ") + std::string("worker ") + std::to_string(w.index) +
+                 " pid " + std::to_string(w.pid) + " cpu " +
+                 (w.cpu < 0 ? std::string("any") : std::to_string(w.cpu));
+    }
+    line("fast path workers", workers);
+    line("fast path connections", std::to_string(r.fast->connections));
+  }
+  if (r.kernel) {
+    line("kernel path", std::to_string(r.kernel_threads) + " thread(s)" +
+                            (r.kernel_busy_poll ? ", busy-polling" : ""));
+    line("kernel path connections", std::to_string(r.kernel->relay.active));
+  }
+  if (r.datagram) {
+    line("datagram relay", std::to_string(r.datagram->associations_open) + " association(s)");
+  }
+  if (r.access_log) line("access log", r.access_log_file);
+  line("warnings", std::to_string(r.warnings.size()));
+  for (const std::string& w : r.warnings) line("warning", w);
+  return out;
+}
+
+std::string WorkersText(const ServiceReport& r) {
+  if (!r.fast) return "no fast path runs\n";
+  std::string out;
+  for (const WorkerReport& w : r.workers) {
+    const FastPathSnapshot& c = w.counters;
+    char busy[64] = "";
+    if (r.uptime_ms > 0) {
+      std::snprintf(
+          busy, sizeof busy, " (%.1f%% of uptime)",
+          100.0 * static_cast<double>(c.worker_busy_ns) / 1e6 / static_cast<double>(r.uptime_ms));
+    }
+    out += "worker " + std::to_string(w.index) + ": pid " + std::to_string(w.pid) + ", cpu " +
+           (w.cpu < 0 ? std::string("any") : std::to_string(w.cpu)) + "\n";
+    out += "  iterations " + std::to_string(c.worker_iterations) + ", busy " +
+           Seconds(c.worker_busy_ns / 1'000'000) + " s" + busy + ", minor faults " +
+           std::to_string(c.minor_faults) + ", involuntary switches " +
+           std::to_string(c.involuntary_switches) + "\n";
+    out += "  connections " + std::to_string(c.connections) + ", lwip pcbs " +
+           std::to_string(c.lwip_pcbs) + ", lwip heap " + std::to_string(c.lwip_heap_bytes) +
+           " bytes, pool errors " + std::to_string(c.lwip_pool_errors) + ", frames held " +
+           std::to_string(c.frames_held) + ", send refs " + std::to_string(c.send_refs) + "\n";
+    out += "  rx packets " + std::to_string(c.rx_packets) + " (chains " +
+           std::to_string(c.rx_chains) + ", dropped " + std::to_string(c.rx_chains_dropped) +
+           "), tx packets " + std::to_string(c.tx_packets) + ", kicks " +
+           std::to_string(c.tx_kicks) + ", retransmits " + std::to_string(c.lwip_retransmits) +
+           "\n";
+    out += "  AF_XDP: rx dropped " + std::to_string(c.xsk_rx_dropped) + ", rx ring full " +
+           std::to_string(c.xsk_rx_ring_full) + ", fill ring empty " +
+           std::to_string(c.xsk_fill_ring_empty) + ", fill depth " + std::to_string(c.fill_depth) +
+           " (grown " + std::to_string(c.fill_depth_grows) + " times)\n";
+    out += "  handoffs: out " + std::to_string(c.handoffs_out) + ", in " +
+           std::to_string(c.handoffs_in) + ", dropped " + std::to_string(c.handoffs_dropped) + "\n";
+    for (const QueueRx& q : c.rx_by_queue) {
+      out += "  queue " + q.ifname + " q" + std::to_string(q.queue) + ": rx packets " +
+             std::to_string(q.packets) + "\n";
+    }
+  }
+  return out;
+}
+
+std::string SteerText(const ServiceReport& r) {
+  if (!r.fast) return "no fast path runs: nothing is steered\n";
+  std::string out = "# reason,packets,bytes\n";
+  for (const SteerReasonCount& s : r.steer) {
+    out += s.reason + "," + std::to_string(s.packets) + "," + std::to_string(s.bytes) + "\n";
+  }
+  return out;
+}
+
+}  // namespace xdpfwd

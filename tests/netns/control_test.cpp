@@ -1,0 +1,378 @@
+// The control process seen from outside, through the real binary on both paths: every control
+// command after scripted traffic (values the traffic must have moved), `xdpfwd ctl`'s exit
+// status, /metrics checked by promtool, reload over the socket, the socket's file (in use,
+// stale, mode, removed at exit), and answers while draining.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "os/endpoint.h"
+#include "tests/support/forwarder_process.h"
+#include "tests/support/netns_topology.h"
+#include "tests/support/tcp.h"
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint16_t kPort = 9000;         // inside this test's own topology only
+constexpr uint16_t kMetricsPort = 9102;  // on this topology's root-namespace address
+constexpr int kConnections = 5;
+constexpr size_t kBytes = 1000;  // each connection's, each way
+
+std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
+
+// The whole HTTP response to `request` from addr:port (the server closes after one).
+std::string Http(in_addr addr, uint16_t port, const std::string& request) {
+  UniqueFd fd = TcpConnect("", addr, port);
+  EXPECT_EQ(send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buffer[65536];
+  for (ssize_t n; (n = recv(fd.get(), buffer, sizeof buffer, 0)) > 0;) response.append(buffer, n);
+  return response;
+}
+
+std::string Body(const std::string& response) {
+  const size_t end = response.find("\r\n\r\n");
+  return end == std::string::npos ? "" : response.substr(end + 4);
+}
+
+// promtool's verdict on a metrics text: its exit status and what it said.
+CommandResult Promtool(const std::string& text) {
+  char path[] = "/tmp/xdpfwd-metrics-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  CommandResult r = RunCommand("", std::string(XDPFWD_PROMTOOL) + " check metrics < " + path);
+  unlink(path);
+  return r;
+}
+
+// The value of the sample `series` (name and labels exactly as printed) in a metrics text.
+std::optional<std::string> Sample(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(series + " ", 0) == 0) return line.substr(series.size() + 1);
+  }
+  return std::nullopt;
+}
+
+// One row of `show stat` as column name -> value.
+std::map<std::string, std::string> StatRow(const std::string& csv, const std::string& path) {
+  std::istringstream lines(csv);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_EQ(header.rfind("# path,rules,accepted,", 0), 0u) << csv;
+  std::vector<std::string> names;
+  std::istringstream h(header.substr(2));
+  for (std::string name; std::getline(h, name, ',');) names.push_back(name);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    std::istringstream c(line);
+    for (std::string cell; std::getline(c, cell, ',');) cells.push_back(cell);
+    if (cells.empty() || cells[0] != path) continue;
+    EXPECT_EQ(cells.size(), names.size()) << line;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < names.size() && i < cells.size(); ++i) row[names[i]] = cells[i];
+    return row;
+  }
+  ADD_FAILURE() << "no row for path " << path << " in:\n" << csv;
+  return {};
+}
+
+class ControlTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  }
+  // kConnections connections through the forwarder, kBytes each way, all closed.
+  void Traffic() {
+    UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+    std::thread server([&] {
+      for (int i = 0; i < kConnections; ++i) {
+        UniqueFd c(accept(listener.get(), nullptr, nullptr));
+        EchoUntilEof(c.get());
+      }
+    });
+    for (int i = 0; i < kConnections; ++i) {
+      UniqueFd client = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+      const std::string data(kBytes, 'x');
+      ASSERT_EQ(send(client.get(), data.data(), data.size(), 0), static_cast<ssize_t>(kBytes));
+      std::string back(kBytes, '\0');
+      ASSERT_EQ(recv(client.get(), back.data(), back.size(), MSG_WAITALL),
+                static_cast<ssize_t>(kBytes));
+      shutdown(client.get(), SHUT_WR);
+      char end;
+      ASSERT_EQ(recv(client.get(), &end, 1, 0), 0);
+    }
+    server.join();
+  }
+  Topology topo_;
+};
+
+TEST_P(ControlTest, EveryCommandShowsWhatTrafficDid) {
+  const std::string path = GetParam();
+  const std::string fast = path == "xdp" ? "fast" : "kernel";
+  ForwarderProcess fwd(path, Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+                       {"--metrics", Addr(topo_.client_gw(), kMetricsPort)});
+  Traffic();
+  // Every connection ended: the counters below are final.
+  fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "completed") == kConnections; });
+
+  const std::string info = fwd.Control("show info");
+  EXPECT_NE(info.find("state: serving"), std::string::npos) << info;
+  EXPECT_NE(info.find("rule 0: " + Addr(topo_.client_gw(), kPort) + " -> " +
+                      Addr(topo_.server_addr(), kPort) + " (tcp, " + fast + " path)"),
+            std::string::npos)
+      << info;
+
+  auto row = StatRow(fwd.Control("show stat"), fast);
+  EXPECT_EQ(row["rules"], "1");
+  EXPECT_EQ(row["accepted"], std::to_string(kConnections));
+  EXPECT_EQ(row["completed"], std::to_string(kConnections));
+  EXPECT_EQ(row["active"], "0");
+  EXPECT_EQ(row["bytes_to_backend"], std::to_string(kConnections * kBytes));
+  EXPECT_EQ(row["bytes_to_client"], std::to_string(kConnections * kBytes));
+
+  const nlohmann::json j = nlohmann::json::parse(fwd.Control("show counters"));
+  const std::string section = fast + "_path";
+  EXPECT_EQ(j[section]["total"]["accepted"], kConnections);
+  EXPECT_EQ(j["rules"][0]["path"], fast);
+
+  const std::string workers = fwd.Control("show workers");
+  const std::string steer = fwd.Control("show steer");
+  if (path == "xdp") {
+    EXPECT_EQ(workers.rfind("worker 0: pid ", 0), 0u) << workers;
+    EXPECT_EQ(workers.find("worker 0: pid " + std::to_string(fwd.pid()) + ","), std::string::npos)
+        << workers;  // a worker is a process of its own, not the control process
+    EXPECT_NE(workers.find("AF_XDP: rx dropped"), std::string::npos) << workers;
+    EXPECT_NE(steer.find("redirect_new_flow," + std::to_string(kConnections) + ","),
+              std::string::npos)
+        << steer;
+  } else {
+    EXPECT_EQ(workers, "no fast path runs\n\n");
+    EXPECT_EQ(steer, "no fast path runs: nothing is steered\n\n");
+  }
+
+  // /metrics: promtool finds nothing wrong, and the traffic's numbers are there.
+  const std::string response =
+      Http(topo_.client_gw(), kMetricsPort, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_EQ(response.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << response;
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  const std::string metrics = Body(response);
+  const CommandResult lint = Promtool(metrics);
+  EXPECT_EQ(lint.status, 0) << lint.output << "\n" << metrics;
+  EXPECT_EQ(Sample(metrics, "xdpfwd_connections_accepted_total{path=\"" + fast + "\"}"),
+            std::to_string(kConnections));
+  EXPECT_EQ(
+      Sample(metrics, "xdpfwd_connections_ended_total{path=\"" + fast + "\",how=\"completed\"}"),
+      std::to_string(kConnections));
+  EXPECT_EQ(
+      Sample(metrics, "xdpfwd_relayed_bytes_total{path=\"" + fast + "\",direction=\"to_backend\"}"),
+      std::to_string(kConnections * kBytes));
+  if (path == "xdp") {
+    EXPECT_EQ(Sample(metrics, "xdpfwd_steer_packets_total{reason=\"redirect_new_flow\"}"),
+              std::to_string(kConnections));
+    const auto rx = Sample(metrics, "xdpfwd_fast_path_rx_packets_total{worker=\"0\"}");
+    ASSERT_TRUE(rx.has_value()) << metrics;
+    EXPECT_GT(std::stoull(*rx), 4u * kConnections);
+    EXPECT_TRUE(Sample(metrics, "xdpfwd_fast_path_worker_busy_seconds_total{worker=\"0\"}"));
+  }
+  // `show metrics` is the same text as /metrics (but for a moment's worth of gauges).
+  EXPECT_EQ(Sample(fwd.Control("show metrics"),
+                   "xdpfwd_connections_accepted_total{path=\"" + fast + "\"}"),
+            std::to_string(kConnections));
+
+  // Other requests than GET /metrics.
+  EXPECT_EQ(
+      Http(topo_.client_gw(), kMetricsPort, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404 ", 0),
+      0u);
+  EXPECT_EQ(Http(topo_.client_gw(), kMetricsPort, "POST /metrics HTTP/1.1\r\n\r\n")
+                .rfind("HTTP/1.1 405 ", 0),
+            0u);
+
+  // xdpfwd ctl: the answer on stdout, exit 0; an unknown command exits 1 and says so.
+  const std::string ctl = ForwarderProcess::BinaryPath() + " ctl --control " + fwd.control_path();
+  const CommandResult ok = RunCommand("", ctl + " show info");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_EQ(ok.output.rfind("version: ", 0), 0u) << ok.output;
+  const CommandResult bad = RunCommand("", ctl + " show nothing");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_EQ(bad.output, "error: unknown command 'show nothing' (help lists them)\n");
+  const CommandResult gone = RunCommand(
+      "", ForwarderProcess::BinaryPath() + " ctl --control /tmp/xdpfwd-no-such.sock help");
+  EXPECT_EQ(gone.status, 2) << gone.output;
+  EXPECT_NE(gone.output.find("cannot connect to /tmp/xdpfwd-no-such.sock"), std::string::npos);
+}
+
+// Every counter the SIGUSR1 line shows is in the JSON, under the same name, and in /metrics.
+TEST_P(ControlTest, MetricsHoldEveryCounterOfTheStatsLine) {
+  const std::string path = GetParam();
+  const std::string fast = path == "xdp" ? "fast" : "kernel";
+  ForwarderProcess fwd(path, Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+                       {"--metrics", Addr(topo_.client_gw(), kMetricsPort)});
+  Traffic();
+  const std::string prefix =
+      "xdpfwd: " + std::string(path == "xdp" ? "fast" : "kernel") + " path: accepted=";
+  const size_t from = fwd.output().size();
+  kill(fwd.pid(), SIGUSR1);
+  ASSERT_TRUE(fwd.WaitForOutput(prefix, 10s));
+  ASSERT_TRUE(fwd.WaitForOutput("\n", 2s));
+  std::string line = fwd.output().substr(fwd.output().find(prefix, from));
+  line = line.substr(0, line.find('\n'));
+  const nlohmann::json total =
+      nlohmann::json::parse(fwd.Control("show counters"))[fast + "_path"]["total"];
+  const std::string metrics =
+      Body(Http(topo_.client_gw(), kMetricsPort, "GET /metrics HTTP/1.1\r\n\r\n"));
+  std::istringstream words(line.substr(std::string("xdpfwd: ").size()));
+  int checked = 0;
+  for (std::string w; words >> w;) {
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = w.substr(0, eq);
+    if (name.rfind("rx_packets.", 0) == 0) {  // per queue: a family of its own
+      EXPECT_NE(metrics.find("xdpfwd_fast_path_queue_rx_packets_total{"), std::string::npos);
+      continue;
+    }
+    EXPECT_TRUE(total.contains(name)) << name;
+    const std::string base = name.size() > 3 && name.ends_with("_ns")
+                                 ? name.substr(0, name.size() - 3) + "_seconds"
+                                 : name;
+    const bool found = metrics.find("how=\"" + name + "\"") != std::string::npos ||
+                       metrics.find("_" + base + "{") != std::string::npos ||
+                       metrics.find("_" + base + "_total{") != std::string::npos ||
+                       metrics.find("_" + base + " ") != std::string::npos ||
+                       metrics.find("_" + base + "_total ") != std::string::npos ||
+                       name == "accepted" || name == "active" || name.starts_with("bytes_to_");
+    EXPECT_TRUE(found) << name << " is in the stats line but not in /metrics";
+    ++checked;
+  }
+  EXPECT_GT(checked, 20) << line;
+}
+
+INSTANTIATE_TEST_SUITE_P(BothPaths, ControlTest, ::testing::Values("xdp", "kernel"));
+
+// A loopback port nobody listens on now, for a rule that no client uses.
+std::string LoopbackAddress() {
+  UniqueFd fd = TcpListen("", in_addr{htonl(INADDR_LOOPBACK)});
+  return "127.0.0.1:" + std::to_string(LocalPort(fd.get()));
+}
+
+class ControlSocketTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+    path_ = "/tmp/xdpfwd-control-test-" + std::to_string(getpid()) + "/control.sock";
+    listen_ = LoopbackAddress();
+  }
+  void TearDown() override {
+    unlink(path_.c_str());
+    rmdir(path_.substr(0, path_.rfind('/')).c_str());
+  }
+  std::string path_;
+  std::string listen_;  // a rule's listen address: 127.0.0.1:PORT
+};
+
+// The socket's directory is made, the file is 0600, a second xdpfwd on it is refused (exit
+// 1) while the first runs, a stale file is replaced, and the file goes at exit.
+TEST_F(ControlSocketTest, FileLifeAndOwnership) {
+  {
+    ForwarderProcess first("kernel", listen_, "127.0.0.1:9", {"--control", path_});
+    struct stat st {};
+    ASSERT_EQ(stat(path_.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    const CommandResult second =
+        RunCommand("", ForwarderProcess::BinaryPath() + " --path kernel --control " + path_ + " " +
+                           listen_ + " 127.0.0.1:9");
+    EXPECT_EQ(second.status, 1) << second.output;
+    EXPECT_NE(second.output.find("control socket " + path_ + " is in use"), std::string::npos)
+        << second.output;
+    EXPECT_EQ(first.Stop(), 0);
+  }
+  struct stat st {};
+  EXPECT_NE(stat(path_.c_str(), &st), 0) << "the socket file outlived xdpfwd";
+
+  // A stale file: bound, never listened on, left behind (as by a SIGKILL).
+  {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path_.data(), path_.size());
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0);
+    close(fd);
+  }
+  ForwarderProcess again("kernel", listen_, "127.0.0.1:9", {"--control", path_});
+  EXPECT_EQ(again.Control("show info").rfind("version: ", 0), 0u);
+  EXPECT_EQ(again.Stop(), 0);
+
+  // Not a socket: refused, and the file is left alone.
+  { std::ofstream(path_) << "mine\n"; }
+  const CommandResult refused =
+      RunCommand("", ForwarderProcess::BinaryPath() + " --path kernel --control " + path_ + " " +
+                         listen_ + " 127.0.0.1:9");
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("a file that is not a socket"), std::string::npos);
+  std::ifstream kept(path_);
+  std::string content;
+  std::getline(kept, content);
+  EXPECT_EQ(content, "mine");
+}
+
+// `reload` over the socket: the summary, or the reason and "error:"; counted in /metrics.
+TEST_F(ControlSocketTest, ReloadOverTheSocket) {
+  const std::string config = path_.substr(0, path_.rfind('/')) + ".conf";
+  const std::string port = listen_.substr(listen_.find(':') + 1);
+  { std::ofstream(config) << "127.0.0.1 " << port << " 127.0.0.1 9\n"; }
+  auto fwd = ForwarderProcess::WithConfig("kernel", config, {"--control", path_});
+  EXPECT_EQ(fwd->Control("reload"), config + ": kept 1, changed 0, added 0, removed 0\n\n");
+  { std::ofstream(config) << "127.0.0.1 " << port << " 127.0.0.1\n"; }
+  const std::string refused = fwd->Control("reload");
+  EXPECT_EQ(refused.rfind("error: " + config + ":1:", 0), 0u) << refused;
+  const std::string metrics = fwd->Control("show metrics");
+  EXPECT_EQ(Sample(metrics, "xdpfwd_reloads_total{result=\"applied\"}"), "1") << metrics;
+  EXPECT_EQ(Sample(metrics, "xdpfwd_reloads_total{result=\"refused\"}"), "1") << metrics;
+  EXPECT_NE(fwd->Control("show info").find("reloads: 2 (1 refused)"), std::string::npos);
+  EXPECT_EQ(fwd->Stop(), 0);
+  unlink(config.c_str());
+}
+
+// While draining, the socket still answers and says so.
+TEST_F(ControlSocketTest, AnswersWhileDraining) {
+  Topology topo;
+  UniqueFd listener = TcpListen(topo.server_ns(), topo.server_addr(), kPort);
+  ForwarderProcess fwd("kernel", Addr(topo.client_gw(), kPort), Addr(topo.server_addr(), kPort),
+                       {"--control", path_, "--drain-timeout", "20s"});
+  UniqueFd client = TcpConnect(topo.client_ns(), topo.client_gw(), kPort);
+  UniqueFd server(accept(listener.get(), nullptr, nullptr));
+  ASSERT_TRUE(server);
+  kill(fwd.pid(), SIGTERM);
+  ASSERT_TRUE(fwd.WaitForOutput("drain: accepting no new connections; 1 open", 10s));
+  EXPECT_NE(fwd.Control("show info").find("state: draining"), std::string::npos);
+  EXPECT_EQ(Sample(fwd.Control("show metrics"), "xdpfwd_draining"), "1");
+  EXPECT_EQ(fwd.Control("reload"), "draining: nothing reloaded\n\n");
+  client.reset();
+  server.reset();
+  EXPECT_EQ(fwd.WaitExit(15s), 0) << fwd.output();
+  EXPECT_NE(fwd.output().find("drain: every connection ended"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdpfwd::test

@@ -1,0 +1,207 @@
+// The report's renderings without a running service: Prometheus text that promtool accepts,
+// known-answer lines for names, labels, units and escaping; JSON that parses, with every
+// counter of every list; the CSV's columns.
+#include "forwarder/exposition.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace xdpfwd {
+namespace {
+
+// A report with both TCP paths, two fast-path workers, a datagram relay and an access log,
+// every number distinct.
+ServiceReport SampleReport() {
+  ServiceReport r;
+  r.version = "1.2.3";
+  r.pid = 100;
+  r.start_time_unix_ms = 1'795'000'000'250;
+  r.uptime_ms = 2'000;
+  r.path_choice = "auto";
+  r.config_file = "/etc/xdpfwd.conf";
+  r.reloads = 3;
+  r.reloads_refused = 1;
+  r.warnings = {"worker 0's CPU 1 is not isolated: add isolcpus=1"};
+  r.rules = {{0, "10.0.1.1:9000", "10.0.0.2:9001", "tcp", "fast"},
+             {1, "[::]:9002", "10.0.0.2:9001", "tcp", "kernel"},
+             {2, "10.0.1.1:53", "10.0.0.2:53", "udp -> udp", "datagram"}};
+  FastPathSnapshot total;
+  total.relay.accepted = 7;
+  total.relay.active = 2;
+  total.relay.completed = 5;
+  total.relay.bytes_to_backend = 4096;
+  total.worker_busy_ns = 1'500'000'000;
+  total.flows = 9;
+  total.rx_packets = 30;
+  r.fast = total;
+  r.fast_description = "veth-c (10.0.1.1, XDP generic)";
+  for (uint32_t w = 0; w < 2; ++w) {
+    WorkerReport wr;
+    wr.index = w;
+    wr.pid = 200 + static_cast<int>(w);
+    wr.cpu = static_cast<int>(w);
+    wr.counters.rx_packets = 10 + 10 * w;
+    wr.counters.worker_busy_ns = 500'000'000 + 500'000'000 * w;
+    wr.counters.rx_by_queue = {{"veth-c", w, 10 + 10 * w}};
+    r.workers.push_back(wr);
+  }
+  r.steer = {{"redirect_new_flow", 7, 518}, {"pass_not_ipv4", 1, 90}};
+  KernelPathTotals k;
+  k.relay.accepted = 4;
+  k.relay.client_reset = 1;
+  k.splice_bytes = 123;
+  k.pooled_pipes = 2;
+  r.kernel = k;
+  r.kernel_threads = 2;
+  DatagramPathTotals d;
+  d.associations_open = 1;
+  d.datagrams_in = 8;
+  r.datagram = d;
+  r.access_log = SessionLog::Stats{11, 0, 0, 1};
+  r.access_log_file = "/var/log/xdpfwd.log";
+  return r;
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  std::istringstream lines(text);
+  for (std::string l; std::getline(lines, l);) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+TEST(MetricsText, PromtoolFindsNothingToFix) {
+  const std::string text = MetricsText(SampleReport());
+  char path[] = "/tmp/xdpfwd-exposition-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::string command = std::string(XDPFWD_PROMTOOL) + " check metrics < " + path + " 2>&1";
+  FILE* p = popen(command.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string said;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof buffer, p)) > 0;) said.append(buffer, n);
+  const int status = pclose(p);
+  unlink(path);
+  EXPECT_EQ(status, 0) << said << "\n" << text;
+}
+
+TEST(MetricsText, NamesLabelsAndUnits) {
+  const std::string t = MetricsText(SampleReport());
+  EXPECT_TRUE(HasLine(t, "xdpfwd_build_info{version=\"1.2.3\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_start_time_seconds 1795000000.25"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_reloads_total{result=\"applied\"} 2"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_reloads_total{result=\"refused\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_warnings 1"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_connections_accepted_total counter"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connections_accepted_total{path=\"fast\"} 7"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connections_accepted_total{path=\"kernel\"} 4"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_connections_open gauge"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connections_open{path=\"fast\"} 2"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connections_ended_total{path=\"fast\",how=\"completed\"} 5"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connections_ended_total{path=\"kernel\",how=\"client_reset\"} 1"));
+  EXPECT_TRUE(
+      HasLine(t, "xdpfwd_relayed_bytes_total{path=\"fast\",direction=\"to_backend\"} 4096"));
+  // Per worker, nanoseconds as seconds; the control process's own counters unlabelled.
+  EXPECT_TRUE(HasLine(t, "xdpfwd_fast_path_rx_packets_total{worker=\"1\"} 20"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_fast_path_worker_busy_seconds_total counter"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_fast_path_worker_busy_seconds_total{worker=\"0\"} 0.5"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_fast_path_flows 9"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_fast_path_flows gauge"));
+  EXPECT_TRUE(HasLine(
+      t,
+      "xdpfwd_fast_path_queue_rx_packets_total{worker=\"1\",interface=\"veth-c\",queue=\"1\"} "
+      "20"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_fast_path_worker_info{worker=\"1\",pid=\"201\",cpu=\"1\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_steer_packets_total{reason=\"redirect_new_flow\"} 7"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_steer_bytes_total{reason=\"pass_not_ipv4\"} 90"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_kernel_path_splice_bytes_total 123"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_kernel_path_pooled_pipes gauge"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_datagram_associations_open 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_datagram_datagrams_in_total 8"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_access_log_lines_total 11"));
+  EXPECT_TRUE(HasLine(t,
+                      "xdpfwd_rule_info{rule=\"1\",listen=\"[::]:9002\",backend=\"10.0.0.2:9001\","
+                      "protocol=\"tcp\",path=\"kernel\"} 1"));
+}
+
+TEST(MetricsText, LabelValuesAreEscaped) {
+  ServiceReport r;
+  r.version = "a\"b\\c\nd";
+  EXPECT_TRUE(HasLine(MetricsText(r), "xdpfwd_build_info{version=\"a\\\"b\\\\c\\nd\"} 1"));
+}
+
+TEST(ReportJson, ParsesAndHoldsEveryCounter) {
+  const ServiceReport r = SampleReport();
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_EQ(j["version"], "1.2.3");
+  EXPECT_EQ(j["reloads_refused"], 1);
+  EXPECT_EQ(j["rules"].size(), 3u);
+  EXPECT_EQ(j["warnings"][0], r.warnings[0]);
+  const nlohmann::json& fast = j["fast_path"];
+  EXPECT_EQ(fast["total"]["accepted"], 7);
+  EXPECT_EQ(fast["total"]["worker_busy_ns"], 1'500'000'000);
+  EXPECT_EQ(fast["workers"][1]["counters"]["rx_packets"], 20);
+  EXPECT_EQ(fast["workers"][1]["rx_by_queue"][0]["interface"], "veth-c");
+  EXPECT_EQ(fast["steer"]["redirect_new_flow"]["bytes"], 518);
+  EXPECT_EQ(j["kernel_path"]["total"]["splice_bytes"], 123);
+  EXPECT_EQ(j["datagram_path"]["datagrams_in"], 8);
+  EXPECT_EQ(j["access_log"]["lines"], 11);
+  // Every counter of every list, by the name the stats line gives it.
+#define XDPFWD_CHECK(name, kind, what) EXPECT_TRUE(fast["total"].contains(#name)) << #name;
+  XDPFWD_RELAY_COUNTERS(XDPFWD_CHECK)
+#undef XDPFWD_CHECK
+#define XDPFWD_CHECK(field, kind, name) EXPECT_TRUE(fast["total"].contains(name)) << name;
+  XDPFWD_FAST_PATH_COUNTERS(XDPFWD_CHECK)
+#undef XDPFWD_CHECK
+#define XDPFWD_CHECK(name, kind, what) EXPECT_TRUE(j["kernel_path"]["total"].contains(#name));
+  XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_CHECK)
+#undef XDPFWD_CHECK
+#define XDPFWD_CHECK(name, kind, what) EXPECT_TRUE(j["datagram_path"].contains(#name));
+  XDPFWD_DATAGRAM_COUNTERS(XDPFWD_CHECK)
+#undef XDPFWD_CHECK
+}
+
+TEST(ReportJson, EscapesStrings) {
+  ServiceReport r;
+  r.config_file = "a\"b\\c\n\x01";
+  EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["config_file"], r.config_file);
+}
+
+TEST(StatCsv, OneRowPerPathUnderItsHeader) {
+  const std::string csv = StatCsv(SampleReport());
+  std::istringstream lines(csv);
+  std::string header, fast, kernel, extra;
+  std::getline(lines, header);
+  std::getline(lines, fast);
+  std::getline(lines, kernel);
+  EXPECT_FALSE(std::getline(lines, extra));
+  EXPECT_EQ(header.rfind("# path,rules,accepted,active,completed,", 0), 0u) << header;
+  EXPECT_EQ(fast.rfind("fast,1,7,2,5,", 0), 0u) << fast;
+  EXPECT_EQ(kernel.rfind("kernel,1,4,0,0,", 0), 0u) << kernel;
+  const auto commas = [](const std::string& s) { return std::count(s.begin(), s.end(), ','); };
+  EXPECT_EQ(commas(header), commas(fast));
+  EXPECT_EQ(commas(header), commas(kernel));
+}
+
+TEST(InfoText, SaysWhatRunsAndWhatIsWrong) {
+  const std::string info = InfoText(SampleReport());
+  EXPECT_TRUE(HasLine(info, "state: serving"));
+  EXPECT_TRUE(HasLine(info, "rule 2: 10.0.1.1:53 -> 10.0.0.2:53 (udp -> udp, datagram path)"));
+  EXPECT_TRUE(
+      HasLine(info, "fast path workers: 2: worker 0 pid 200 cpu 0, worker 1 pid 201 cpu 1"));
+  EXPECT_TRUE(HasLine(info, "warnings: 1"));
+  EXPECT_TRUE(HasLine(info, "warning: worker 0's CPU 1 is not isolated: add isolcpus=1"));
+}
+
+}  // namespace
+}  // namespace xdpfwd
