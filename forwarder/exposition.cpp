@@ -560,4 +560,29 @@ std::string SteerText(const ServiceReport& r) {
   return out;
 }
 
+std::string FormatConnections(const std::vector<ConnectionRow>& rows) {
+  std::string out = "# id,path,worker,rule,client,backend,age_ms,bytes_to_backend,bytes_to_client";
+  for (const char* leg : {"client", "backend"}) {
+    for (const char* field : {"state", "srtt_us", "rto_ms", "cwnd", "in_flight", "retransmits",
+                              "send_queue", "peer_window"}) {
+      out += std::string(",") + leg + "_" + field;
+    }
+  }
+  out += '\n';
+  for (const ConnectionRow& r : rows) {
+    out += std::to_string(r.id) + "," + r.path + "," + std::to_string(r.worker) + "," +
+           std::to_string(r.rule) + "," + r.client + "," + r.backend + "," +
+           std::to_string(r.age_ms) + "," + std::to_string(r.bytes_to_backend) + "," +
+           std::to_string(r.bytes_to_client);
+    for (const LegTcpInfo* leg : {&r.client_leg, &r.backend_leg}) {
+      out += "," + leg->state + "," + std::to_string(leg->srtt_us) + "," +
+             std::to_string(leg->rto_ms) + "," + std::to_string(leg->cwnd_bytes) + "," +
+             std::to_string(leg->in_flight) + "," + std::to_string(leg->retransmits) + "," +
+             std::to_string(leg->send_queue) + "," + std::to_string(leg->peer_window);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 }  // namespace xdpfwd

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "forwarder/connection_table.h"
 #include "forwarder/service_report.h"
 
 namespace xdpfwd {

@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
-#include <chrono>
 #include <thread>
 #include <vector>
 
