@@ -45,6 +45,8 @@ constexpr const char* kHelp =
     "  show steer     the steering program's decisions by reason (CSV)\n"
     "  show counters  every counter as one JSON object\n"
     "  show metrics   what GET /metrics returns (Prometheus text format)\n"
+    "  trace dump FILE  the fast-path workers' flight recorders as a Perfetto trace\n"
+    "                 (FILE: an absolute path; open it at ui.perfetto.dev)\n"
     "  reload         read the configuration file again and serve it (as SIGHUP)\n"
     "  help           this list\n"
     "  quit           close this connection\n";
@@ -290,6 +292,10 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
   if (command == "show steer") return SteerText(report());
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());
+  if (command.rfind("trace dump ", 0) == 0) {
+    auto dumped = service_.DumpTrace(command.substr(11));
+    return dumped ? "wrote " + *dumped + "\n" : "error: " + dumped.error().message() + "\n";
+  }
   if (command == "reload") {
     std::string answer;
     Reload("control socket", &answer);

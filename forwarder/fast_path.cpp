@@ -354,12 +354,21 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     impl->session_ring_bytes =
         (SessionRing::MemoryBytes(Impl::kSessionRecords) + page - 1) / page * page;
   }
-  auto shared =
-      SharedMemory::Create("xdpfwd-workers", impl->slots_bytes + impl->handoff_bytes +
-                                                 impl->session_ring_bytes * impl->workers);
+  if (config.flight_recorder) {
+    impl->recorder_bytes =
+        (FlightRecorder::MemoryBytes(Impl::kRecorderRecords) + page - 1) / page * page;
+  }
+  auto shared = SharedMemory::Create(
+      "xdpfwd-workers", impl->slots_bytes + impl->handoff_bytes +
+                            (impl->session_ring_bytes + impl->recorder_bytes) * impl->workers);
   if (!shared) return shared.error();
   impl->shared = std::move(*shared);
   for (uint32_t w = 0; w < impl->workers; ++w) new (&impl->Slot(w)) WorkerSlot{};
+  // Formatted once: a restarted worker goes on in the ring its predecessor left, so that what
+  // led to a crash is still there to dump.
+  for (uint32_t w = 0; w < impl->workers && impl->recorder_bytes != 0; ++w) {
+    FlightRecorder::Format(impl->RecorderMemory(w), Impl::kRecorderRecords);
+  }
   if (config.log_sessions) {
     for (uint32_t w = 0; w < impl->workers; ++w) {
       SessionRing::Format(impl->SessionRingMemory(w), Impl::kSessionRecords);
@@ -544,6 +553,25 @@ uint64_t FastPath::SessionRecordsDropped() const {
   uint64_t dropped = 0;
   for (const SessionRing& ring : impl_->session_rings) dropped += ring.dropped();
   return dropped;
+}
+
+std::vector<WorkerRecording> FastPath::ReadRecorders() const {
+  std::vector<WorkerRecording> out;
+  if (impl_->recorder_bytes == 0) return out;
+  const std::vector<int> pids = worker_pids();
+  for (uint32_t w = 0; w < impl_->workers; ++w) {
+    auto snapshot = ReadRecorder(impl_->RecorderMemory(w), impl_->recorder_bytes);
+    if (!snapshot) {
+      Log("fast path: worker " + std::to_string(w) + "'s recorder: " + snapshot.error().message());
+      continue;
+    }
+    WorkerRecording r;
+    r.name = "worker " + std::to_string(w);
+    r.pid = w < pids.size() && pids[w] > 0 ? pids[w] : 0;
+    r.snapshot = std::move(*snapshot);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace xdpfwd

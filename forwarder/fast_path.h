@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "forwarder/backend_ports.h"
+#include "forwarder/recorder_trace.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
 #include "forwarder/session_log.h"
@@ -61,6 +62,9 @@ struct FastPathConfig {
   // Hold the ACK of out-of-order data one worker iteration (Worker::HoldOutOfOrderAcks);
   // false: send it at once, as lwIP does.
   bool ooseq_ack_hold = true;
+  // Every worker keeps its newest events in a ring the control process can dump as a trace
+  // (os/flight_recorder.h, docs/flight_recorder.md); false: no ring, nothing recorded.
+  bool flight_recorder = true;
   // --max-connections, over all workers (each takes its share); unset: every worker's lwIP
   // holds as many as its pcb pool allows (MaxConnections()).
   std::optional<uint32_t> max_connections;
@@ -188,6 +192,9 @@ class FastPath {
   // The access log's events the workers recorded since the last call (log_sessions), appended
   // to `out`; from one thread at a time (the log's writer).
   void DrainSessions(std::vector<SessionEvent>& out);
+  // Every worker's flight recorder as it is now, a dead worker's too (its ring outlives it);
+  // empty when the recorder is off.
+  std::vector<WorkerRecording> ReadRecorders() const;
   uint64_t SessionRecordsDropped() const;  // rings full: the writer was behind
 
   struct Impl;

@@ -21,6 +21,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/relay.h"
 #include "forwarder/session_ring.h"
+#include "os/flight_recorder.h"
 #include "os/shared_memory.h"
 #include "stack/lwip_netif.h"
 #include "stack/rss.h"
@@ -94,7 +95,8 @@ struct FastPath::Impl {
   pid_t control_pid = 0;
 
   // Worker slots first (page-aligned), then the handoff rings (N > 1 only), then one access
-  // log ring per worker (page-aligned; with a logfile only).
+  // log ring per worker (page-aligned; with a logfile only), then one flight recorder per
+  // worker.
   SharedMemory shared;
   size_t slots_bytes = 0;
   size_t handoff_bytes = 0;
@@ -109,6 +111,16 @@ struct FastPath::Impl {
   // writer thread that drains every 10 ms.
   static constexpr uint32_t kSessionRecords = 1u << 14;
   std::vector<SessionRing> session_rings;  // the control process's views
+  // Each worker's flight recorder (os/flight_recorder.h), after the access log's rings; 0: off.
+  // 2^18 records of 32 bytes, 8 MiB a worker: about a second of a worker at full load (an
+  // iteration record each), minutes of connection events when it idles. Pages a worker never
+  // reaches are never touched.
+  size_t recorder_bytes = 0;
+  static constexpr uint32_t kRecorderRecords = 1u << 18;
+  uint8_t* RecorderMemory(uint32_t w) const {
+    return shared.data() + slots_bytes + handoff_bytes + session_ring_bytes * workers +
+           recorder_bytes * w;
+  }
 
   struct Child {
     pid_t pid = -1;         // -1: not running (exited, being restarted)

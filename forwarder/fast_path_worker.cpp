@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "forwarder/fast_path_impl.h"
@@ -59,6 +60,7 @@ class WorkerProcess {
   std::vector<std::unique_ptr<LwipNetif>> netifs_;  // one per interface, impl_.ifaces' order
   std::optional<WorkerHandoff> handoff_;
   std::optional<RingSessionSink> sessions_;  // with an access log only
+  FlightRecorder recorder_;                  // records nothing unless attached
   Worker worker_;
   std::unique_ptr<Relay> relay_;
   std::atomic<bool> stop_{false};
@@ -112,8 +114,19 @@ Result<void> WorkerProcess::Setup() {
     netifs_.push_back(std::move(*netif));
     worker_.Add(netifs_.back().get());
   }
+  if (impl_.recorder_bytes != 0) {
+    uint8_t* ring = impl_.RecorderMemory(index_);
+    // The control process populated these pages, but a forked process maps shared memory
+    // afresh: touched here, not on the first records of the loop (a minor fault each).
+    for (size_t at = 0; at < impl_.recorder_bytes; at += 4096) {
+      std::atomic_ref<uint8_t>(ring[at]).fetch_add(0, std::memory_order_relaxed);
+    }
+    recorder_ = FlightRecorder::Attach(ring);
+    worker_.SetRecorder(&recorder_);
+  }
   RelayConfig rc;
   rc.rules = impl_.relay_rules;
+  if (recorder_.attached()) rc.recorder = &recorder_;
   rc.global_access = impl_.config.global_access;
   if (impl_.session_ring_bytes != 0) {
     sessions_.emplace(SessionRing::Attach(impl_.SessionRingMemory(index_)));
@@ -212,7 +225,7 @@ void WorkerProcess::Run() {
   // getppid() is a syscall, so it is asked four times a second, not per iteration.
   uint64_t next_parent_check_ns = 0;
   auto r = worker_.Run(stop_, [this, &next_parent_check_ns](uint64_t now_ns) {
-    const bool worked = relay_->Tick(now_ns / 1'000'000u);
+    const bool worked = relay_->Tick(now_ns / 1'000'000u, now_ns);
     slot_.heartbeat.store(now_ns, std::memory_order_relaxed);
     if (slot_.wanted.load(std::memory_order_acquire) !=
         slot_.published.load(std::memory_order_relaxed)) {

@@ -162,9 +162,15 @@ class WorkerTrace {
     }
   }
 
+  // Where a connection's slice begins: its client's SYN, or the completed handshake where the
+  // stack does not show the SYN (lwIP's listener answers it before the relay sees a pcb).
+  static bool ClientStart(RecorderEvent kind) {
+    return kind == RecorderEvent::kClientSyn || kind == RecorderEvent::kClientEstablished;
+  }
+
   Connection& ConnectionFor(const RecorderRecord& r, RecorderEvent kind) {
     auto it = connections_.find(r.connection);
-    if (it == connections_.end() || (it->second.ended && kind == RecorderEvent::kClientSyn)) {
+    if (it == connections_.end() || (it->second.ended && ClientStart(kind))) {
       it = connections_.insert_or_assign(r.connection, Connection{++instances_}).first;
     }
     return it->second;
@@ -186,7 +192,7 @@ class WorkerTrace {
     const bool backend = r.leg == static_cast<uint8_t>(RecorderLeg::kBackend);
     const uint64_t track = LegTrack(c, r.connection, backend);
     const uint64_t flow = base_ + c.instance;
-    if (kind == RecorderEvent::kClientSyn && !c.client_open && !c.ended) {
+    if (ClientStart(kind) && !c.client_open && !c.ended) {
       Add(r.monotonic_ns, Rank::kBegin, Kind::kBegin, track, "connection", Annotations(r));
       c.client_open = true;
     }

@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-#include "forwarder/flight_recorder.h"
+#include "os/flight_recorder.h"
 
 namespace xdpfwd {
 

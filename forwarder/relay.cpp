@@ -80,11 +80,12 @@ struct Relay::Leg : ListHook<Leg, Owed> {
   tcp_pcb* pcb = nullptr;
   bool is_client = false;
   bool connected = false;
-  bool fin_received = false;  // the peer's FIN has arrived (lwIP's recv with a null pbuf)
-  bool fin_sent = false;      // our FIN is queued toward this peer
-  PbufQueue backlog;          // received from this leg, not yet queued on the other leg
-  uint64_t received = 0;      // bytes lwIP delivered from this leg's peer
-  uint64_t relayed = 0;       // of those, bytes queued on the other leg
+  bool fin_received = false;   // the peer's FIN has arrived (lwIP's recv with a null pbuf)
+  bool fin_sent = false;       // our FIN is queued toward this peer
+  bool backpressured = false;  // bytes from this leg wait for the other leg's room (recorded)
+  PbufQueue backlog;           // received from this leg, not yet queued on the other leg
+  uint64_t received = 0;       // bytes lwIP delivered from this leg's peer
+  uint64_t relayed = 0;        // of those, bytes queued on the other leg
   // While bytes wait for this leg's peer (on owed_): when the peer last acknowledged some, or
   // when they started waiting. The stall timeout counts from here.
   uint64_t progress_ms = 0;
@@ -104,6 +105,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   // or a timeout says its own reason.
   bool end_known = false;
   SessionResult end = SessionResult::kUnknownError;
+  uint32_t trace_id = 0;  // the flight recorder's name for it
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
 };
@@ -160,6 +162,7 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
+    r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
     r.connecting_.Remove(c);
     r.Touch(c);
     r.Pump(c, c.client, c.backend);
@@ -181,6 +184,7 @@ struct Relay::Callbacks {
     Leg& to = c.other(*leg);
     if (p == nullptr) {
       leg->fin_received = true;
+      r.Trace(c, leg->is_client ? RecorderEvent::kClientFin : RecorderEvent::kBackendFin, *leg);
       if (!c.end_known) {
         c.end_known = true;
         c.end =
@@ -190,6 +194,12 @@ struct Relay::Callbacks {
       return scope.result();
     }
     r.Touch(c);
+    if (leg->received == 0) {
+      r.Trace(
+          c,
+          leg->is_client ? RecorderEvent::kFirstByteToBackend : RecorderEvent::kFirstByteToClient,
+          *leg, p->tot_len);
+    }
     leg->received += p->tot_len;
     // The pbuf is always taken (DESIGN.md: lwIP parks refused data until its next timer); the
     // window this leg advertises opens only as the other leg accepts the bytes.
@@ -238,6 +248,9 @@ struct Relay::Callbacks {
       r.Pump(c, *leg, c.other(*leg));
       return;
     }
+    if (err == ERR_RST) {
+      r.Trace(c, leg->is_client ? RecorderEvent::kClientRst : RecorderEvent::kBackendRst, *leg);
+    }
     leg->backlog.FreeAll();
     if (!leg->is_client && !leg->connected) {
       r.Reset(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
@@ -256,7 +269,8 @@ Relay::Relay(const RelayConfig& config)
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));
-  relay->now_ms_ = MonotonicNs() / 1'000'000u;
+  relay->now_ns_ = MonotonicNs();
+  relay->now_ms_ = relay->now_ns_ / 1'000'000u;
   for (const RelayRule& rule : relay->config_.rules) {
     if (auto r = relay->Listen(rule); !r) return r.error();
   }
@@ -329,6 +343,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   RelayCounters::Add(counters_.active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
+  c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
+  Trace(*c, RecorderEvent::kClientEstablished, c->client, c->rule->id, ends.remote_port);
   RecordSession(*c->rule, client_flow, SessionResult::kOpened, 0, 0);
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
@@ -370,6 +386,7 @@ std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
     c.backend.pcb = nullptr;
     return &counters_.backend_error;  // Finish gives the port and the flow back to the ledger
   }
+  Trace(c, RecorderEvent::kBackendSynSent, c.backend, c.flows.backend_flow.dport);
   return nullptr;
 }
 
@@ -412,6 +429,12 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
         left -= chunk;
       }
     }
+  }
+  if (from.backlog.empty() == from.backpressured) {
+    from.backpressured = !from.backpressured;
+    Trace(c, from.backpressured ? RecorderEvent::kBackpressureOn : RecorderEvent::kBackpressureOff,
+          from,
+          static_cast<uint32_t>(std::min<uint64_t>(from.received - from.relayed, UINT32_MAX)));
   }
   // Stuck with nothing in flight toward the other leg: no ACK will come to call Pump again.
   if (!from.backlog.empty() && lwip_pcb::AllAcknowledged(to.pcb)) Watch(c);
@@ -493,6 +516,14 @@ void Relay::RecordSession(const RelayRule& rule, const FlowTuple& client_flow, S
   config_.sessions->Record(e);
 }
 
+void Relay::Trace(const Connection& c, RecorderEvent kind, const Leg& leg, uint32_t arg0,
+                  uint32_t arg1) {
+  if (config_.recorder == nullptr) return;
+  config_.recorder->Record(now_ns_, kind, c.trace_id,
+                           leg.is_client ? RecorderLeg::kClient : RecorderLeg::kBackend, arg0,
+                           arg1);
+}
+
 void Relay::AbortLeg(Leg& leg) {
   leg.backlog.FreeAll();
   if (leg.pcb == nullptr) return;
@@ -542,14 +573,16 @@ void Relay::Finish(Connection& c) {
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
   RelayCounters::Sub(counters_.active);
+  Trace(c, RecorderEvent::kConnectionEnd, c.client, static_cast<uint32_t>(c.end));
   // Bytes in: received from the client; out: queued toward the client (rinetd's counts).
   RecordSession(*c.rule, c.flows.client_flow, c.end, c.client.received, c.backend.relayed);
   ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }
 
-bool Relay::Tick(uint64_t now_ms) {
+bool Relay::Tick(uint64_t now_ms, uint64_t now_ns) {
   now_ms_ = now_ms;
+  now_ns_ = now_ns != 0 ? now_ns : now_ms * 1'000'000u;
   bool worked = false;
   if (!finished_.empty()) {
     for (Connection* c : finished_) delete c;

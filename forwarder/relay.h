@@ -17,6 +17,7 @@
 #include "forwarder/rules.h"
 #include "forwarder/session_log.h"
 #include "os/endpoint.h"
+#include "os/flight_recorder.h"
 #include "os/log.h"
 #include "os/result.h"
 #include "stack/write_ref.h"
@@ -52,6 +53,9 @@ struct RelayConfig {
   // once (a segment's worth of data each), so send queues can never pin more receive frames
   // than that. 0: always copy (xdpfwd --relay-copy always).
   uint32_t zero_copy_refs = 2048;
+  // The worker's flight recorder (os/flight_recorder.h): each connection's life, on the clock
+  // Tick was last given. Not owned; nullptr: nothing recorded.
+  FlightRecorder* recorder = nullptr;
 };
 
 struct RelayState {
@@ -85,7 +89,9 @@ class Relay {
   // will announce, and delayed flow removals. Work in proportion to what is due, never to the
   // number of connections; does nothing but a few comparisons most of the time. Returns whether it
   // did more.
-  bool Tick(uint64_t now_ms);
+  // `now_ns`, the same instant in ns (0: now_ms's), stamps what the recorder records until the
+  // next Tick.
+  bool Tick(uint64_t now_ms, uint64_t now_ns = 0);
 
   const RelayCounters& counters() const { return counters_; }
   RelayState state() const;
@@ -124,6 +130,9 @@ class Relay {
   // Queues `n` bytes from the start of `p` on `to`: by reference where they fit the peer's
   // window and `p` is a receive frame, else copied. False: lwIP took nothing (queue full).
   bool Write(tcp_pcb* to, pbuf* p, uint16_t n);
+  // One event of `c` on `leg`'s side, stamped with the iteration's clock.
+  void Trace(const Connection& c, RecorderEvent kind, const Leg& leg, uint32_t arg0 = 0,
+             uint32_t arg1 = 0);
 
   RelayConfig config_;
   RelayCounters counters_;
@@ -142,6 +151,8 @@ class Relay {
   // worker iteration, thousands of times a second).
   static constexpr size_t kRemovalsPerTick = 32;
   uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
+  uint64_t now_ns_ = 0;
+  uint32_t next_trace_id_ = 0;  // the recorder's name for the next connection (0: none)
   uint64_t next_service_ms_ = 0;
   LogThrottle connect_timeout_log_{1000};
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to

@@ -1,6 +1,7 @@
 // The process's owner (see service.h): start, reload, drain, stop of every path.
 #include "forwarder/service.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <set>
 #include <string_view>
 
+#include "forwarder/perfetto_trace.h"
 #include "forwarder/service_notify.h"
 #include "os/isolation.h"
 #include "os/log.h"
@@ -512,6 +514,41 @@ ServiceReport Service::Report() const {
     r.access_log_file = running_.logfile;
   }
   return r;
+}
+
+Result<std::string> Service::DumpTrace(const std::string& path) const {
+  if (path.empty() || path[0] != '/') {
+    return Error{{},
+                 "trace dump: give an absolute path for the trace file (it is written by "
+                 "the xdpfwd process, whose working directory is not yours)"};
+  }
+  const std::vector<WorkerRecording> rings =
+      fast_ ? fast_->ReadRecorders() : std::vector<WorkerRecording>{};
+  if (rings.empty()) {
+    return Error{{},
+                 fast_ ? "trace dump: the flight recorder is off (--tune recorder=off)"
+                       : "trace dump: no fast path runs, and only its workers record"};
+  }
+  // Both clocks read together: the trace's events (MONOTONIC) line up with other traces of
+  // this boot (BOOTTIME).
+  timespec mono{}, boot{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  TraceClockReading clocks;
+  clocks.monotonic_ns =
+      static_cast<uint64_t>(mono.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(mono.tv_nsec);
+  clocks.boottime_ns =
+      static_cast<uint64_t>(boot.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(boot.tv_nsec);
+  const std::string bytes = RecorderTrace(rings, clocks);
+  if (auto written = WriteTraceFile(path, bytes); !written) return written.error();
+  uint64_t events = 0, lost = 0;
+  for (const WorkerRecording& r : rings) {
+    events += r.snapshot.records.size();
+    lost += r.snapshot.lost;
+  }
+  return path + ": " + std::to_string(events) + " events from " + std::to_string(rings.size()) +
+         " worker(s), " + std::to_string(bytes.size()) + " bytes; " + std::to_string(lost) +
+         " older events were overwritten (open it at https://ui.perfetto.dev)";
 }
 
 }  // namespace xdpfwd

@@ -47,6 +47,9 @@ class Service {
   // Everything the paths publish now, for the control socket and the metrics: one round of
   // requests to the fast path's workers (bounded; forwarder/fast_path.h's Snapshot).
   ServiceReport Report() const;
+  // The fast path's flight recorders (a dead worker's too) as a Perfetto trace written to
+  // `path` (absolute); the answer says what it holds. An error when no recorder runs.
+  Result<std::string> DumpTrace(const std::string& path) const;
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added

@@ -94,6 +94,13 @@ constexpr TuningKey kKeys[] = {
      "bbr, 2.62x / 2.81x with cubic; alike without loss (docs/stack.md)",
      [](const Tuning& t) -> uint64_t { return t.bbr ? 1 : 0; },
      [](Tuning& t, uint64_t i) { t.bbr = i == 1; }},
+    {"recorder", "on|off", 0, 0,
+     "fast path: every worker keeps its newest events (connection life, iterations, gaps) in a "
+     "ring in shared memory for `xdpfwd ctl trace dump` (on), or records nothing (off)",
+     "1.3 ns an event on this machine's core; the whole forwarder with it on and off: "
+     "docs/flight_recorder.md",
+     [](const Tuning& t) -> uint64_t { return t.flight_recorder ? 0 : 1; },
+     [](Tuning& t, uint64_t i) { t.flight_recorder = i == 0; }},
     {"copy", "off|on", 0, 0,
      "kernel path: relay through a buffer with recv and send (on) instead of splice through a "
      "pipe (off)",
@@ -153,6 +160,7 @@ void Tuning::ApplyTo(FastPathConfig& config) const {
   config.tx_budget = tx_budget;
   config.multi_buffer = multi_buffer;
   config.tx_checksum_offload = tx_checksum_offload;
+  config.flight_recorder = flight_recorder;
 }
 
 void Tuning::ApplyTo(KernelPathConfig& config) const {

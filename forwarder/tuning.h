@@ -32,6 +32,7 @@ struct Tuning {
   // congestion-control. lwIP reads it from a process-wide setting (xdpfwd_lwip_set_bbr), so
   // the service sets that, not FastPathConfig.
   bool bbr = true;
+  bool flight_recorder = true;       // recorder
   bool kernel_copy = false;          // copy: buffered copy instead of splice
   size_t kernel_buffer = 64 * 1024;  // buffer-size
 

@@ -109,6 +109,8 @@ class LwipNetif {
   // Every port, the TX port first: each needs its Flush (completions, fill-ring top-up).
   const std::vector<XskPort*>& ports() const { return ports_; }
   NetifStats stats() const;
+  // lwIP's packets handed to a TX path so far (stats().tx_frames), cheaply: once an iteration.
+  uint64_t packets_out() const { return stats_.tx_frames; }
   // Sends what Output queued (with LwipNetifConfig::packet_tx): once per worker iteration,
   // before the ports' Flush. A batch with a GSO packet goes through the packet socket; one of
   // single segments (requests, responses, ACKs) as LwipNetifConfig::small_batches says, but

@@ -35,6 +35,10 @@ void Worker::HoldOutOfOrderAcks(bool on) { tcp_ooseq_ack_hold = on ? 1 : 0; }
 
 bool Worker::RunOnce() {
   uint32_t received = 0;
+  uint64_t sent_before = 0;
+  if (recorder_ != nullptr) {
+    for (LwipNetif* n : netifs_) sent_before += n->packets_out();
+  }
   for (LwipNetif* n : netifs_) received += n->Poll(64);
   if (handoff_ != nullptr) {
     received += handoff_->Poll(
@@ -54,6 +58,12 @@ bool Worker::RunOnce() {
     for (XskPort* p : n->ports()) p->Flush();
   }
   ++stats_.iterations;
+  received_ = received;
+  if (recorder_ != nullptr) {
+    uint64_t sent = 0;
+    for (LwipNetif* n : netifs_) sent += n->packets_out();
+    sent_ = static_cast<uint32_t>(sent - sent_before);
+  }
   return received > 0 || timers_due;
 }
 
@@ -73,9 +83,17 @@ Result<void> Worker::Run(const std::atomic<bool>& stop,
   // 7.6% of the worker's samples under a connection-rate load.
   uint64_t start = MonotonicNs();
   bool busy = false;
+  if (recorder_ != nullptr) ReadGapBaseline();
   while (!stop.load(std::memory_order_relaxed)) {
     const uint64_t now = MonotonicNs();
     if (busy) stats_.busy_ns += now - start;
+    if (recorder_ != nullptr) {
+      // The iteration that just ended, stamped at its start, with its length; a gap when the
+      // thread did not come round for kGapNs (the iteration itself counts: one that took that
+      // long was preempted or faulted as often as it worked).
+      if (busy) recorder_->Iteration(start, received_, sent_, now - start);
+      if (now - start > kGapNs) RecordGap(now, now - start);
+    }
     start = now;
     // 0 means "not driven" to sys_now(): the one millisecond in 49 days that reads 0 says 1.
     xdpfwd_lwip_set_now_ms(std::max<u32_t>(static_cast<u32_t>(now / 1'000'000u), 1));
@@ -88,6 +106,20 @@ Result<void> Worker::Run(const std::atomic<bool>& stop,
   xdpfwd_lwip_set_now_ms(0);
   xdpfwd_lwip_set_now_us(0);
   return {};
+}
+
+void Worker::ReadGapBaseline() {
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
+  gap_minor_ = static_cast<uint64_t>(ru.ru_minflt);
+  gap_major_ = static_cast<uint64_t>(ru.ru_majflt);
+  gap_switches_ = static_cast<uint64_t>(ru.ru_nivcsw);
+}
+
+void Worker::RecordGap(uint64_t now_ns, uint64_t gap_ns) {
+  const uint64_t minor = gap_minor_, major = gap_major_, switches = gap_switches_;
+  ReadGapBaseline();  // one syscall, only when a gap happened
+  recorder_->Gap(now_ns, gap_ns, gap_minor_ - minor, gap_major_ - major, gap_switches_ - switches);
 }
 
 void Worker::Drain() {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "os/flight_recorder.h"
 #include "os/result.h"
 #include "stack/lwip_netif.h"
 #include "stack/worker_handoff.h"
@@ -46,6 +47,13 @@ class Worker {
   // segment that was only late then fills the hole first, and the peer does not resend it.
   // Off until set.
   void HoldOutOfOrderAcks(bool on);
+  // Each iteration that did work is recorded (packets received and sent, time taken), and
+  // each gap longer than kGapNs between two iterations, with the faults and context switches
+  // the thread had meanwhile. Not owned; nullptr: nothing recorded.
+  void SetRecorder(FlightRecorder* recorder) { recorder_ = recorder; }
+  // A worker that did not start an iteration for this long was not running (preempted,
+  // faulting, stopped): 20 times a loaded iteration's time (docs/flight_recorder.md).
+  static constexpr uint64_t kGapNs = 1'000'000;
 
   // Pins the calling thread, then loops until `stop` is set. `each_iteration` (may be empty)
   // runs once per iteration on this thread, for work that must touch lwIP, with the
@@ -63,10 +71,18 @@ class Worker {
   WorkerStats stats() const;
 
  private:
+  void ReadGapBaseline();
+  void RecordGap(uint64_t now_ns, uint64_t gap_ns);
+
   int cpu_;
   std::vector<LwipNetif*> netifs_;
   WorkerHandoff* handoff_ = nullptr;
   WorkerStats stats_;
+  FlightRecorder* recorder_ = nullptr;
+  uint32_t received_ = 0, sent_ = 0;  // RunOnce's last packets, for the recorder
+  // The thread's faults and switches when a gap was last recorded: a gap reports what changed
+  // since (getrusage is read only when a gap happened).
+  uint64_t gap_minor_ = 0, gap_major_ = 0, gap_switches_ = 0;
 };
 
 // lwip_init() once per process (lwIP's state is global: one instance per process).

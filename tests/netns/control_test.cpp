@@ -269,6 +269,94 @@ TEST_P(ControlTest, MetricsHoldEveryCounterOfTheStatsLine) {
 
 INSTANTIATE_TEST_SUITE_P(BothPaths, ControlTest, ::testing::Values("xdp", "kernel"));
 
+// `path` decoded by protoc with our .proto: the trace as text.
+std::string DecodeTrace(const std::string& path) {
+  const std::string protoc = XDPFWD_PROTOC;
+  if (protoc.empty()) {
+    ADD_FAILURE() << "protoc not found when CMake ran (scripts/setup installs it)";
+    return {};
+  }
+  const CommandResult r = RunCommand(
+      "",
+      protoc + " --decode=perfetto.protos.Trace --proto_path=" +
+          std::string(XDPFWD_TRACE_PROTO).substr(0, std::string(XDPFWD_TRACE_PROTO).rfind('/')) +
+          " " + XDPFWD_TRACE_PROTO + " < " + path + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  return r.output;
+}
+
+// Where each of `names` first appears in `text` as an event name, in order; a missing name
+// fails.
+void ExpectInOrder(const std::string& text, const std::vector<std::string>& names) {
+  size_t at = 0;
+  for (const std::string& name : names) {
+    const size_t found = text.find("name: \"" + name + "\"", at);
+    ASSERT_NE(found, std::string::npos) << "no '" << name << "' after offset " << at;
+    at = found;
+  }
+}
+
+class TraceTest : public ControlTest {
+ protected:
+  void SetUp() override {
+    ControlTest::SetUp();
+    trace_ = "/tmp/xdpfwd-trace-test-" + std::to_string(getpid()) + ".pftrace";
+  }
+  void TearDown() override { unlink(trace_.c_str()); }
+  std::string trace_;
+};
+
+// The recorder always on: a scripted run's connection life, in order, both legs, the worker's
+// iterations; and what a worker killed with SIGKILL recorded is still dumped afterwards.
+TEST_F(TraceTest, ConnectionLifeInOrderAndSurvivesAWorkerKill) {
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  Traffic();
+  fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "completed") == kConnections; });
+  const std::string answer = fwd.Control("trace dump " + trace_);
+  ASSERT_EQ(answer.rfind("wrote " + trace_ + ": ", 0), 0u) << answer;
+  std::string text = DecodeTrace(trace_);
+  // The first connection's events (the connections ran one after another).
+  ExpectInOrder(text, {"client handshake done", "backend SYN sent", "backend established",
+                       "first byte client->backend", "first byte backend->client",
+                       "FIN from client", "FIN from backend", "connection end"});
+  // One track per leg of each connection, and a flow from the client leg to the backend leg.
+  for (int i = 1; i <= kConnections; ++i) {
+    EXPECT_NE(text.find("name: \"conn " + std::to_string(i) + " client\""), std::string::npos);
+    EXPECT_NE(text.find("name: \"conn " + std::to_string(i) + " backend\""), std::string::npos);
+  }
+  EXPECT_NE(text.find("terminating_flow_ids:"), std::string::npos);
+  EXPECT_NE(text.find("name: \"iteration\""), std::string::npos);
+
+  // SIGKILL: the worker's ring outlives it; its successor records after it.
+  const auto before = fwd.Stats();
+  const pid_t victim = static_cast<pid_t>(ForwarderProcess::Get(before, "worker.0.pid"));
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(fwd.WaitForOutput("worker 0 serves its queues again", 15s)) << fwd.output();
+  Traffic();
+  ASSERT_EQ(fwd.Control("trace dump " + trace_).rfind("wrote ", 0), 0u);
+  text = DecodeTrace(trace_);
+  // The killed worker's connections, then the new worker's (its ids start again at 1: a new
+  // instance of each, so the dump has each name twice).
+  size_t handshakes = 0;
+  for (size_t at = 0; (at = text.find("name: \"client handshake done\"", at)) != std::string::npos;
+       ++at) {
+    ++handshakes;
+  }
+  EXPECT_EQ(handshakes, 2u * kConnections);
+}
+
+// Off: nothing recorded, and the dump says why.
+TEST_F(TraceTest, RecorderOffSaysSo) {
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+                       {"--tune", "recorder=off"});
+  EXPECT_EQ(fwd.Control("trace dump " + trace_),
+            "error: trace dump: the flight recorder is off (--tune recorder=off)\n\n");
+  EXPECT_EQ(
+      fwd.Control("trace dump relative.pftrace").rfind("error: trace dump: give an absolute", 0),
+      0u);
+}
+
 // A loopback port nobody listens on now, for a rule that no client uses.
 std::string LoopbackAddress() {
   UniqueFd fd = TcpListen("", in_addr{htonl(INADDR_LOOPBACK)});

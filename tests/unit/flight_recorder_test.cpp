@@ -1,6 +1,6 @@
 // The flight recorder's ring: its layout, overwriting, a reader racing the writer, and a writer
 // killed mid-stream.
-#include "forwarder/flight_recorder.h"
+#include "os/flight_recorder.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

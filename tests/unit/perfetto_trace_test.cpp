@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "forwarder/flight_recorder.h"
 #include "forwarder/recorder_trace.h"
 #include "forwarder/session_log.h"
+#include "os/flight_recorder.h"
 
 namespace xdpfwd {
 namespace {

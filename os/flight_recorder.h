@@ -22,7 +22,7 @@ namespace xdpfwd {
 #define XDPFWD_RECORDER_EVENTS(X)                                                                \
   /* A connection's life. Which leg an event belongs to is the record's leg. */                  \
   X(kClientSyn, "client SYN", "rule", "client_port", "", "")                                     \
-  X(kClientEstablished, "client handshake done", "", "", "", "")                                 \
+  X(kClientEstablished, "client handshake done", "rule", "client_port", "", "")                  \
   X(kBackendSynSent, "backend SYN sent", "local_port", "", "", "")                               \
   X(kBackendEstablished, "backend established", "", "", "", "")                                  \
   X(kFirstByteToBackend, "first byte client->backend", "bytes", "", "", "")                      \

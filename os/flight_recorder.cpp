@@ -1,6 +1,6 @@
 // The flight recorder's ring: layout, the writer's attach, and the reader's consistent copy
 // (see flight_recorder.h).
-#include "forwarder/flight_recorder.h"
+#include "os/flight_recorder.h"
 
 #include <algorithm>
 #include <cstring>
