@@ -15,6 +15,7 @@
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_loop.h"
 #include "forwarder/kernel_path_pump.h"
+#include "forwarder/kernel_path_sessions.h"
 #include "os/log.h"
 
 namespace xdpfwd {
@@ -169,7 +170,7 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
     path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
     auto loop = kernel_path::Loop::Create(
         path->config_, *path->board_, path->open_connections_, *path->counters_.back(),
-        kernel_path::BackendConnector(path->config_, *ports, i, threads));
+        kernel_path::BackendConnector(path->config_, *ports, i, threads), i);
     if (!loop) return loop.error();
     path->loops_.push_back(std::move(*loop));
   }
@@ -259,6 +260,63 @@ KernelPathTotals KernelPath::Totals() const {
   KernelPathTotals sum;
   for (const auto& c : counters_) sum += c->Snapshot();
   return sum;
+}
+
+namespace {
+// How long a question waits for a loop. A loop answers within one iteration (a batch of 64
+// events, each turn bounded by a 1 MiB budget), so only a stuck thread takes this long.
+constexpr auto kDeskWait = std::chrono::seconds(1);
+}  // namespace
+
+std::vector<ConnectionRow> KernelPath::Connections(std::vector<int>* silent_threads) {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  const uint64_t generation = ++desk_generation_;
+  // Every loop is asked before any is waited for: they copy their tables at the same time.
+  for (auto& loop : loops_) {
+    loop->desk().Ask({.generation = generation, .table = true, .end = std::nullopt});
+    loop->Wake();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kDeskWait;
+  std::vector<kernel_path::SessionDesk::Answer> answers(loops_.size());
+  std::vector<int> silent;
+  for (size_t i = 0; i < loops_.size(); ++i) {
+    if (!loops_[i]->desk().Await(generation, deadline, answers[i])) {
+      silent.push_back(static_cast<int>(i));
+    }
+  }
+  // Formatted here, on the asking thread, not by the loops.
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<ConnectionRow> rows;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    for (const auto& record : answers[i].table) {
+      rows.push_back(kernel_path::ToConnectionRow(record, static_cast<int>(i), now));
+    }
+  }
+  for (int thread : silent) {
+    Log("kernel path: thread " + std::to_string(thread) +
+        " did not list its connections within 1 s; they are missing from the table");
+  }
+  if (silent_threads != nullptr) *silent_threads = std::move(silent);
+  return rows;
+}
+
+Result<void> KernelPath::Shutdown(uint64_t id) {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  const std::string what = "kernel path: session " + std::to_string(id);
+  const uint64_t thread = id >> kernel_path::Loop::kIdThreadShift;
+  if (thread >= loops_.size()) return Error{{}, what + ": no such session"};
+  const uint64_t generation = ++desk_generation_;
+  kernel_path::Loop& loop = *loops_[thread];
+  loop.desk().Ask({.generation = generation, .table = false, .end = id});
+  loop.Wake();
+  kernel_path::SessionDesk::Answer answer;
+  if (!loop.desk().Await(generation, std::chrono::steady_clock::now() + kDeskWait, answer)) {
+    return Error{{},
+                 what + ": thread " + std::to_string(thread) +
+                     " did not answer within 1 s (it may still end it)"};
+  }
+  if (!answer.ended) return Error{{}, what + ": no such session (ended, or never was)"};
+  return {};
 }
 
 int KernelPath::threads() const { return static_cast<int>(counters_.size()); }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "forwarder/connection_table.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
 #include "forwarder/session_log.h"
@@ -103,6 +104,15 @@ class KernelPath {
   // Stops accepting, closes every connection and listener, joins the threads. Idempotent.
   void Stop();
   KernelPathTotals Totals() const;  // summed over threads; callable from any thread
+  // Every open connection of every thread (`show sess`), from any thread. Each loop copies its
+  // own table between two epoll batches when asked (its data path is neither stopped nor
+  // locked); a loop that has not answered within 1 s is left out, its number put in
+  // `silent_threads` and logged. Empty after Stop().
+  std::vector<ConnectionRow> Connections(std::vector<int>* silent_threads = nullptr);
+  // `shutdown session ID`: resets both legs of connection `id` (ConnectionRow::id) on its own
+  // thread, counted as admin_shutdown and logged as done-shutdown. An error when no open
+  // connection has that id, or its thread did not answer within 1 s.
+  Result<void> Shutdown(uint64_t id);
   int threads() const;
   bool busy_poll() const { return config_.busy_poll; }
 
@@ -112,6 +122,8 @@ class KernelPath {
   void Publish(std::vector<const Rule*> rules, std::vector<AccessPattern> global_access,
                bool accepting);  // under stop_mutex_
   Result<void> WaitApplied();    // under stop_mutex_: every loop serves the last plan published
+
+  uint64_t desk_generation_ = 0;  // the last question asked of the loops (under stop_mutex_)
 
   KernelPathConfig config_;
   // Every version of every rule served since start, never freed: connections point to the
@@ -124,6 +136,8 @@ class KernelPath {
   std::vector<std::unique_ptr<kernel_path::PathCounters>> counters_;
   std::vector<std::unique_ptr<kernel_path::Loop>> loops_;
   std::vector<std::thread> threads_;
+  // Serialises Stop, Reload, StopAccepting and the questions to the loops (a question must
+  // not outlive the loop it waits for).
   std::mutex stop_mutex_;
 };
 

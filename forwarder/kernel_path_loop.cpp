@@ -33,10 +33,12 @@ namespace xdpfwd::kernel_path {
 struct Loop::Connection {
   explicit Connection(bool use_splice) : to_backend(use_splice), to_client(use_splice) {}
 
+  uint64_t id = 0;  // `show sess`, `shutdown session ID`
   Leg client, backend;
   Direction to_backend, to_client;
   ConnectionList::iterator self;  // in connecting_, relaying_ or ended_
   Clock::time_point since;        // connect start while connecting, then the last byte relayed
+  Clock::time_point accepted;     // for its age in `show sess`
   BackendLease lease;             // the backend leg's local port, given back at Finish
   const Rule* rule = nullptr;
   // We shut the backend leg down before its FIN arrived: its 4-tuple ends in TIME_WAIT here.
@@ -75,6 +77,7 @@ SessionResult SessionEnd(Loop::End why, std::optional<SessionResult> closed_firs
     case Loop::End::kStallTimeout:
       return SessionResult::kStallTimeout;
     case Loop::End::kStopped:
+    case Loop::End::kAdminShutdown:  // the access log's word for "xdpfwd reset it"
       return SessionResult::kShutdown;
     case Loop::End::kError:
       return SessionResult::kUnknownError;
@@ -139,10 +142,11 @@ Result<void> SetOption(int fd, int level, int name, int value, const std::string
 
 Loop::Loop(const KernelPathConfig& config, const PlanBoard& board,
            std::atomic<uint32_t>& open_connections, PathCounters& counters,
-           BackendConnector connector)
+           BackendConnector connector, int thread)
     : config_(config),
       board_(board),
       open_connections_(open_connections),
+      thread_(thread),
       counters_(counters),
       pipes_(kPipeBytes, counters.pooled_pipes),
       buffers_(config.copy_buffer_bytes),
@@ -153,10 +157,11 @@ Loop::~Loop() = default;
 
 Result<std::unique_ptr<Loop>> Loop::Create(const KernelPathConfig& config, const PlanBoard& board,
                                            std::atomic<uint32_t>& open_connections,
-                                           PathCounters& counters, BackendConnector connector) {
+                                           PathCounters& counters, BackendConnector connector,
+                                           int thread) {
   static_assert(alignof(Connection) > kTagMask && alignof(Listener) > kTagMask);
   std::unique_ptr<Loop> loop(
-      new Loop(config, board, open_connections, counters, std::move(connector)));
+      new Loop(config, board, open_connections, counters, std::move(connector), thread));
   if (auto opened = loop->Open(); !opened) return opened.error();
   return loop;
 }
@@ -314,6 +319,7 @@ void Loop::Run() {
     }
     RunQueuedTurns();
     ExpireDeadlines();
+    if (desk_waiting_) AnswerDesk();
     // Nothing refers to these any more: their descriptors are closed (so out of the epoll
     // set) and this batch's events have been handled.
     ended_.clear();
@@ -324,6 +330,8 @@ void Loop::Run() {
 void Loop::OnWake() {
   uint64_t count = 0;
   [[maybe_unused]] const ssize_t n = read(wake_.get(), &count, sizeof(count));
+  // Answered once this batch's events are handled: a connection this batch ends is not listed.
+  desk_waiting_ = true;
 }
 
 void Loop::OnListener(Listener& listener) {
@@ -399,7 +407,9 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   connecting_.emplace_back(config_.use_splice);
   Connection& c = connecting_.back();
   c.self = std::prev(connecting_.end());
+  c.id = static_cast<uint64_t>(thread_) << kIdThreadShift | ++next_id_;
   c.since = now_;
+  c.accepted = now_;
   c.rule = &rule;
   c.client.fd = std::move(client);
   c.peer = peer;
@@ -559,6 +569,9 @@ void Loop::Finish(Connection& c, End why) {
     case End::kStopped:
       Add(r.shutdown_reset);
       break;
+    case End::kAdminShutdown:
+      Add(r.admin_shutdown);
+      break;
   }
   // A leg that failed is already dead: close it quietly. The other learns with a reset.
   // A completed connection has sent both FINs.
@@ -660,6 +673,50 @@ int Loop::NextTimeoutMs() const {
   // Rounded up: waking before the deadline would only cost another epoll_wait.
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+// A question from another thread (KernelPath::Connections, KernelPath::Shutdown), between two
+// batches. A copy of the table walks every connection and reads two TCP_INFOs each: O(open
+// connections) syscalls, paid only when someone asks.
+void Loop::AnswerDesk() {
+  desk_waiting_ = false;
+  std::optional<SessionDesk::Request> request = desk_.Take();
+  if (!request) return;  // the wake-up was a plan or a stop
+  SessionDesk::Answer answer;
+  answer.generation = request->generation;
+  if (request->end) answer.ended = EndById(*request->end);
+  if (request->table) CopyTable(answer.table);
+  desk_.Reply(std::move(answer));
+}
+
+void Loop::CopyTable(std::vector<SessionRecord>& table) const {
+  table.reserve(connecting_.size() + relaying_.size());
+  for (const ConnectionList* list : {&connecting_, &relaying_}) {
+    for (const Connection& c : *list) {
+      SessionRecord& r = table.emplace_back();
+      r.id = c.id;
+      r.rule = c.rule;
+      r.client = c.peer;
+      r.accepted = c.accepted;
+      r.bytes_to_backend = c.bytes_in;
+      r.bytes_to_client = c.bytes_out;
+      r.client_leg = ReadLegTcpInfo(c.client.fd.get());
+      r.backend_leg = ReadLegTcpInfo(c.backend.fd.get());
+    }
+  }
+}
+
+// A walk of the lists rather than an index by id: an index would cost every connection an
+// insert and an erase (an allocation each) for a command an operator types.
+bool Loop::EndById(uint64_t id) {
+  for (ConnectionList* list : {&connecting_, &relaying_}) {
+    for (Connection& c : *list) {
+      if (c.id != id) continue;
+      Finish(c, End::kAdminShutdown);  // both legs reset: not a complete stream to either peer
+      return true;
+    }
+  }
+  return false;
 }
 
 void Loop::ResetEverything() {

@@ -14,6 +14,7 @@
 #include "forwarder/kernel_path.h"
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
+#include "forwarder/kernel_path_sessions.h"
 #include "os/log.h"
 #include "os/result.h"
 #include "os/unique_fd.h"
@@ -64,14 +65,16 @@ class Loop {
     kStallTimeout,  // a peer acknowledged nothing for the stall timeout (TCP_USER_TIMEOUT)
     kError,
     kStopped,
+    kAdminShutdown,  // `shutdown session ID` (KernelPath::Shutdown)
   };
   // Creates the epoll set, the wake-up eventfd and a listener for every rule. `config`,
   // `open_connections` and `counters` must outlive the loop; the counters may also outlive it,
-  // so totals survive Stop().
+  // so totals survive Stop(). `thread` numbers the loop: its connections' ids begin with it.
   static Result<std::unique_ptr<Loop>> Create(const KernelPathConfig& config,
                                               const PlanBoard& board,
                                               std::atomic<uint32_t>& open_connections,
-                                              PathCounters& counters, BackendConnector connector);
+                                              PathCounters& counters, BackendConnector connector,
+                                              int thread);
   ~Loop();
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
@@ -85,6 +88,11 @@ class Loop {
   void Run();
   // Any thread, while the loop exists.
   void RequestStop();
+  // Any thread: ask here (SessionDesk::Ask), then Wake(); answered at the end of the loop's
+  // next iteration.
+  SessionDesk& desk() { return desk_; }
+  // A connection's id: the thread in the top 16 bits, a number of the loop's below.
+  static constexpr int kIdThreadShift = 48;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -96,7 +104,8 @@ class Loop {
   using ConnectionList = std::list<Connection>;
 
   Loop(const KernelPathConfig& config, const PlanBoard& board,
-       std::atomic<uint32_t>& open_connections, PathCounters& counters, BackendConnector connector);
+       std::atomic<uint32_t>& open_connections, PathCounters& counters, BackendConnector connector,
+       int thread);
   Result<void> Open();
   Result<std::unique_ptr<Listener>> OpenListener(const Rule& rule);
   void ApplyPlan(std::shared_ptr<const ListenPlan> plan);
@@ -117,6 +126,9 @@ class Loop {
   int NextTimeoutMs() const;
   void Touch(Connection& c);
   void ResetEverything();
+  void AnswerDesk();
+  void CopyTable(std::vector<SessionRecord>& table) const;
+  bool EndById(uint64_t id);
 
   const KernelPathConfig& config_;
   const PlanBoard& board_;
@@ -140,6 +152,12 @@ class Loop {
   std::vector<Connection*> turns_;          // spent their budget; continue next iteration
   std::vector<Connection*> turns_running_;  // turns_ being served (kept for its capacity)
   Clock::time_point now_;
+  const int thread_;
+  uint64_t next_id_ = 0;  // the last connection's number on this thread
+  // Set by any wake-up (a plan, a stop, a question); the desk is looked at only then, so an
+  // iteration nobody asked anything of pays one test of this flag.
+  bool desk_waiting_ = false;
+  SessionDesk desk_;
 
   PathCounters& counters_;
   PipePool pipes_;

@@ -44,6 +44,7 @@ struct RelayLimits {
   X(client_reset, counter, "client reset or aborted; backend leg was reset")              \
   X(backend_reset, counter, "backend reset mid-stream; client leg was reset")             \
   X(shutdown_reset, counter, "reset on both legs because xdpfwd was stopping")            \
+  X(admin_shutdown, counter, "reset on both legs by `shutdown session`")                  \
   X(bytes_to_backend, counter, "payload bytes relayed client -> backend")                 \
   X(bytes_to_client, counter, "payload bytes relayed backend -> client")
 

@@ -8,7 +8,7 @@ namespace xdpfwd::test {
 void ExpectEachEndedOnce(const RelayTotals& r, const std::string& context) {
   EXPECT_EQ(r.accepted, r.active + r.completed + r.backend_refused + r.backend_timeout +
                             r.backend_error + r.backend_no_port + r.idle_timeout + r.stall_timeout +
-                            r.client_reset + r.backend_reset + r.shutdown_reset)
+                            r.client_reset + r.backend_reset + r.shutdown_reset + r.admin_shutdown)
       << context;
 }
 
