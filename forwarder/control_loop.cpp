@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -43,6 +44,9 @@ constexpr const char* kHelp =
     "  show stat      CSV, one row per path: rules, then every relay counter\n"
     "  show workers   each fast-path worker: CPU, busy time, faults, AF_XDP and lwIP counters\n"
     "  show steer     the steering program's decisions by reason (CSV)\n"
+    "  show sess      every open connection (CSV): path, worker, peers, age, bytes, and\n"
+    "                 each leg's TCP state, srtt, rto, cwnd, in flight, queue, window\n"
+    "  shutdown session ID  reset that connection's legs (its id from show sess)\n"
     "  show counters  every counter as one JSON object\n"
     "  show metrics   what GET /metrics returns (Prometheus text format)\n"
     "  trace dump FILE  the fast-path workers' flight recorders as a Perfetto trace\n"
@@ -292,6 +296,22 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
   if (command == "show steer") return SteerText(report());
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());
+  if (command == "show sess") {
+    std::vector<std::string> notes;
+    std::string out = FormatConnections(service_.Connections(notes));
+    for (const std::string& note : notes) out += "# " + note + "\n";
+    return out;
+  }
+  if (command.rfind("shutdown session ", 0) == 0) {
+    const std::string id_text = command.substr(17);
+    uint64_t id = 0;
+    const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (ec != std::errc() || end != id_text.data() + id_text.size()) {
+      return "error: shutdown session: '" + id_text + "' is not a session id (show sess)\n";
+    }
+    auto done = service_.ShutdownSession(id);
+    return done ? "session " + id_text + " reset\n" : "error: " + done.error().message() + "\n";
+  }
   if (command.rfind("trace dump ", 0) == 0) {
     auto dumped = service_.DumpTrace(command.substr(11));
     return dumped ? "wrote " + *dumped + "\n" : "error: " + dumped.error().message() + "\n";

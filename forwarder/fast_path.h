@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "forwarder/backend_ports.h"
+#include "forwarder/connection_table.h"
 #include "forwarder/recorder_trace.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
@@ -195,6 +196,13 @@ class FastPath {
   // Every worker's flight recorder as it is now, a dead worker's too (its ring outlives it);
   // empty when the recorder is off.
   std::vector<WorkerRecording> ReadRecorders() const;
+  // `show sess`: every worker's connections (16,384 a worker at most; `notes` says what is
+  // missing: a worker that did not answer in 1 s, connections beyond a table). The workers
+  // copy their tables a slice per iteration, never stopping for it.
+  std::vector<ConnectionRow> Connections(std::vector<std::string>* notes = nullptr);
+  // `shutdown session ID`: resets that connection on its worker (admin_shutdown); an error
+  // when no worker has it.
+  Result<void> Shutdown(uint64_t id);
   uint64_t SessionRecordsDropped() const;  // rings full: the writer was behind
 
   struct Impl;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "forwarder/fast_path.h"
@@ -49,6 +50,27 @@ struct FastPathInterface {
 };
 
 enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };
+
+// One worker's connection table for `show sess`, and its `shutdown session` mailbox, in the
+// shared memory after the recorders. The control process asks for a listing by raising
+// `wanted`; the worker copies kRows at most, a slice per iteration (Relay::ListConnections),
+// and then sets `published` to it (release): a reader that saw published == wanted (acquire)
+// reads whole rows. A shutdown works the same way with its own pair of numbers.
+struct WorkerConnectionTable {
+  static constexpr uint32_t kRows = 16384;
+  std::atomic<uint64_t> wanted;
+  std::atomic<uint64_t> published;
+  uint64_t now_ms;      // the worker's clock when the listing ended: ages count to it
+  uint64_t not_listed;  // connections beyond kRows
+  uint32_t count;
+  uint32_t shutdown_id;     // the connection to reset (Relay's id)
+  uint32_t shutdown_found;  // the answer: 1 reset, 0 no such connection
+  uint32_t reserved;
+  std::atomic<uint64_t> shutdown_wanted;
+  std::atomic<uint64_t> shutdown_done;
+  RelayConnectionInfo rows[kRows];
+};
+static_assert(std::is_trivially_copyable_v<RelayConnectionInfo>);
 
 // The most (interface, queue) counts a worker publishes.
 inline constexpr uint32_t kMaxWorkerQueues = 256;
@@ -121,6 +143,15 @@ struct FastPath::Impl {
     return shared.data() + slots_bytes + handoff_bytes + session_ring_bytes * workers +
            recorder_bytes * w;
   }
+  // Each worker's connection table (page-aligned), after the recorders: 2 MiB a worker, its
+  // pages touched only by a listing.
+  size_t table_bytes = 0;
+  WorkerConnectionTable& Table(uint32_t w) const {
+    return *reinterpret_cast<WorkerConnectionTable*>(
+        shared.data() + slots_bytes + handoff_bytes +
+        (session_ring_bytes + recorder_bytes) * workers + table_bytes * w);
+  }
+  std::mutex tables_mu;  // one `show sess` or shutdown at a time
 
   struct Child {
     pid_t pid = -1;         // -1: not running (exited, being restarted)

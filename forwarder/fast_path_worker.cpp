@@ -50,6 +50,9 @@ class WorkerProcess {
     std::unique_ptr<XskPort> port;
   };
   void Publish();
+  // `show sess` and `shutdown session` (WorkerConnectionTable): a slice of a listing per
+  // iteration while one is asked for; two loads when none is.
+  void ServeTable(uint64_t now_ns);
   // The ports of `relay` config's worker_ports: this worker's share of each backend's ports.
   std::vector<uint16_t> PortsToward(in_addr source, const Endpoint& backend) const;
 
@@ -64,7 +67,49 @@ class WorkerProcess {
   Worker worker_;
   std::unique_ptr<Relay> relay_;
   std::atomic<bool> stop_{false};
+  uint64_t listing_ = 0;  // the listing being copied (its `wanted`); 0: none
+  uint32_t listed_ = 0;   // rows copied so far
 };
+
+// Rows a listing copies per iteration: about 30 us of a worker's time (a pcb's fields each),
+// so a table of 16,384 takes 64 iterations and never one long pause.
+constexpr size_t kListingSlice = 256;
+
+void WorkerProcess::ServeTable(uint64_t now_ns) {
+  WorkerConnectionTable& t = impl_.Table(index_);
+  if (listing_ == 0) {
+    const uint64_t want = t.wanted.load(std::memory_order_acquire);
+    if (want != t.published.load(std::memory_order_relaxed)) {
+      listing_ = want;
+      listed_ = 0;
+      relay_->StartListing();
+    }
+  }
+  if (listing_ != 0) {
+    size_t n = 0;
+    const size_t room = WorkerConnectionTable::kRows - listed_;
+    bool done = relay_->ListConnections(t.rows + listed_, std::min(kListingSlice, room), n);
+    listed_ += static_cast<uint32_t>(n);
+    t.not_listed = 0;
+    if (!done && listed_ == WorkerConnectionTable::kRows) {
+      const size_t live = relay_->state().connections;
+      t.not_listed = live > listed_ ? live - listed_ : 0;
+      done = true;
+    }
+    if (done) {
+      t.count = listed_;
+      t.now_ms = now_ns / 1'000'000u;
+      // Release: the rows and the numbers above before the listing reads as done.
+      t.published.store(listing_, std::memory_order_release);
+      listing_ = 0;
+    }
+  }
+  const uint64_t shutdown = t.shutdown_wanted.load(std::memory_order_acquire);
+  if (shutdown != t.shutdown_done.load(std::memory_order_relaxed)) {
+    t.shutdown_found = relay_->Shutdown(t.shutdown_id) ? 1 : 0;
+    t.shutdown_done.store(shutdown, std::memory_order_release);  // after the answer
+  }
+}
 
 std::vector<uint16_t> WorkerProcess::PortsToward(in_addr source, const Endpoint& backend) const {
   for (const auto& i : impl_.ifaces) {
@@ -231,6 +276,7 @@ void WorkerProcess::Run() {
         slot_.published.load(std::memory_order_relaxed)) {
       Publish();
     }
+    ServeTable(now_ns);
     if (slot_.stop.load(std::memory_order_relaxed)) stop_.store(true, std::memory_order_relaxed);
     if (now_ns >= next_parent_check_ns) {
       next_parent_check_ns = now_ns + 250'000'000u;

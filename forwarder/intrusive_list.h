@@ -27,6 +27,7 @@ class IntrusiveList {
   size_t size() const { return size_; }
   T* front() const { return head_; }
   static bool Contains(const T& item) { return HookOf(item).linked; }
+  static T* Next(T& item) { return HookOf(item).next; }
 
   void PushBack(T& item) {
     ListHook<T, Tag>& h = HookOf(item);

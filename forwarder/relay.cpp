@@ -106,6 +106,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   bool end_known = false;
   SessionResult end = SessionResult::kUnknownError;
   uint32_t trace_id = 0;  // the flight recorder's name for it
+  uint64_t listed = 0;    // the last `show sess` listing that has it (Relay::listing_)
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
 };
@@ -553,7 +554,7 @@ void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
     c.end = SessionResult::kIdleTimeout;
   } else if (&reason == &n.stall_timeout) {
     c.end = SessionResult::kStallTimeout;
-  } else if (&reason == &n.shutdown_reset) {
+  } else if (&reason == &n.shutdown_reset || &reason == &n.admin_shutdown) {
     c.end = SessionResult::kShutdown;
   }
   c.end_known = true;
@@ -567,6 +568,7 @@ void Relay::Finish(Connection& c) {
   c.finished = true;
   c.client.backlog.FreeAll();
   c.backend.backlog.FreeAll();
+  if (listing_next_ == &c) listing_next_ = live_.Next(c);
   live_.Remove(c);
   connecting_.Remove(c);
   watched_.Remove(c);
@@ -608,7 +610,50 @@ bool Relay::Tick(uint64_t now_ms, uint64_t now_ns) {
 void Relay::Touch(Connection& c) {
   if (c.last_active_ms == now_ms_) return;  // already at or tied with the back
   c.last_active_ms = now_ms_;
-  if (config_.limits.idle_timeout.count() != 0) live_.MoveToBack(c);
+  if (config_.limits.idle_timeout.count() != 0) {
+    // The listing's place moves on first: the connection goes to the back, where the listing
+    // meets it again (and skips it if it was listed).
+    if (listing_next_ == &c) listing_next_ = live_.Next(c);
+    live_.MoveToBack(c);
+  }
+}
+
+void Relay::StartListing() {
+  ++listing_;
+  listing_next_ = live_.front();
+}
+
+bool Relay::ListConnections(RelayConnectionInfo* out, size_t max, size_t& written) {
+  written = 0;
+  // At most 2 * max looked at: listed ones that moved to the back are skipped, not copied.
+  for (size_t looked = 0; listing_next_ != nullptr && written < max && looked < 2 * max; ++looked) {
+    Connection& c = *listing_next_;
+    listing_next_ = live_.Next(c);
+    if (c.listed == listing_) continue;
+    c.listed = listing_;
+    RelayConnectionInfo& i = out[written++];
+    i = RelayConnectionInfo{};
+    i.id = c.trace_id;
+    i.rule = c.rule->id;
+    i.client_flow = c.flows.client_flow;
+    i.backend_flow = c.flows.backend_flow;
+    i.started_ms = c.started_ms;
+    i.bytes_to_backend = c.client.relayed;
+    i.bytes_to_client = c.backend.relayed;
+    if (c.client.pcb != nullptr) i.client = lwip_pcb::InfoOf(c.client.pcb);
+    i.backend_started = c.backend.pcb != nullptr || c.backend.connected;
+    if (c.backend.pcb != nullptr) i.backend = lwip_pcb::InfoOf(c.backend.pcb);
+  }
+  return listing_next_ == nullptr;
+}
+
+bool Relay::Shutdown(uint32_t id) {
+  for (Connection* c = live_.front(); c != nullptr; c = live_.Next(*c)) {
+    if (c->trace_id != id) continue;
+    Reset(*c, counters_.admin_shutdown);
+    return true;
+  }
+  return false;
 }
 
 // Bytes wait for a leg's peer while the relay's send queue toward it holds any (unsent, or

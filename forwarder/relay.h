@@ -20,6 +20,7 @@
 #include "os/flight_recorder.h"
 #include "os/log.h"
 #include "os/result.h"
+#include "stack/lwip_pcb.h"
 #include "stack/write_ref.h"
 
 struct tcp_pcb;
@@ -74,6 +75,18 @@ struct RelayState {
   uint32_t send_refs = 0;
 };
 
+// One connection as `show sess` lists it (forwarder/connection_table.h makes the row).
+struct RelayConnectionInfo {
+  uint32_t id = 0;  // the recorder's name for it too
+  uint32_t rule = 0;
+  FlowTuple client_flow;   // client -> listen address
+  FlowTuple backend_flow;  // our address -> backend
+  uint64_t started_ms = 0;
+  uint64_t bytes_to_backend = 0, bytes_to_client = 0;
+  bool backend_started = false;       // a backend pcb exists (or existed)
+  lwip_pcb::PcbInfo client, backend;  // state CLOSED: that leg's pcb is gone
+};
+
 class Relay {
  public:
   // Listens on every rule's address (lwIP), on the calling (worker) thread.
@@ -92,6 +105,16 @@ class Relay {
   // `now_ns`, the same instant in ns (0: now_ms's), stamps what the recorder records until the
   // next Tick.
   bool Tick(uint64_t now_ms, uint64_t now_ns = 0);
+
+  // `show sess`: a listing copies every connection once, `max` per call, so that a large table
+  // never stops the worker for long (ListConnections runs once per iteration until it says
+  // done). A connection that comes or goes meanwhile may or may not be in it.
+  void StartListing();
+  // Appends at most `max` connections not listed yet to `out`; true once every one was.
+  bool ListConnections(RelayConnectionInfo* out, size_t max, size_t& written);
+  // `shutdown session`: resets both legs of connection `id` (counted as admin_shutdown);
+  // false if it has no such connection. Walks the connections: for an operator, not a load.
+  bool Shutdown(uint32_t id);
 
   const RelayCounters& counters() const { return counters_; }
   RelayState state() const;
@@ -153,6 +176,10 @@ class Relay {
   uint64_t now_ms_ = 0;  // the worker's clock as of the last Tick
   uint64_t now_ns_ = 0;
   uint32_t next_trace_id_ = 0;  // the recorder's name for the next connection (0: none)
+  // The listing under way: its number (connections listed in it carry it) and the next live_
+  // connection to look at (kept valid by Touch and Finish); null: done, or none started.
+  uint64_t listing_ = 0;
+  Connection* listing_next_ = nullptr;
   uint64_t next_service_ms_ = 0;
   LogThrottle connect_timeout_log_{1000};
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to

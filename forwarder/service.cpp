@@ -551,4 +551,29 @@ Result<std::string> Service::DumpTrace(const std::string& path) const {
          " older events were overwritten (open it at https://ui.perfetto.dev)";
 }
 
+std::vector<ConnectionRow> Service::Connections(std::vector<std::string>& notes) const {
+  std::vector<ConnectionRow> rows;
+  if (fast_) rows = fast_->Connections(&notes);
+  if (kernel_) {
+    std::vector<int> silent;
+    for (ConnectionRow& r : kernel_->Connections(&silent)) {
+      r.id |= kKernelSessionBit;
+      rows.push_back(std::move(r));
+    }
+    for (int t : silent) {
+      notes.push_back("kernel path thread " + std::to_string(t) + " did not answer within 1 s");
+    }
+  }
+  return rows;
+}
+
+Result<void> Service::ShutdownSession(uint64_t id) const {
+  if ((id & kKernelSessionBit) != 0) {
+    if (!kernel_) return Error{{}, "session " + std::to_string(id) + ": no kernel path runs"};
+    return kernel_->Shutdown(id & ~kKernelSessionBit);
+  }
+  if (!fast_) return Error{{}, "session " + std::to_string(id) + ": no fast path runs"};
+  return fast_->Shutdown(id);
+}
+
 }  // namespace xdpfwd

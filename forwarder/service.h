@@ -50,6 +50,12 @@ class Service {
   // The fast path's flight recorders (a dead worker's too) as a Perfetto trace written to
   // `path` (absolute); the answer says what it holds. An error when no recorder runs.
   Result<std::string> DumpTrace(const std::string& path) const;
+  // `show sess`: every open connection of both TCP paths, with `notes` on what is missing.
+  // Ids are unique in the process: a kernel-path connection's has bit kKernelSessionBit set.
+  std::vector<ConnectionRow> Connections(std::vector<std::string>& notes) const;
+  // `shutdown session ID`: resets that connection's legs.
+  Result<void> ShutdownSession(uint64_t id) const;
+  static constexpr uint64_t kKernelSessionBit = uint64_t{1} << 47;
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added

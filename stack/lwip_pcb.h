@@ -52,6 +52,39 @@ inline bool FitsPeerWindow(const tcp_pcb* pcb, uint32_t n) {
   return queued + n <= pcb->snd_wnd;
 }
 
+// What `show sess` shows of a leg. lwIP times round trips in tcp_tmr ticks (TCP_TMR_INTERVAL,
+// our patch 0005) and keeps its RTO in slow-timer ticks; it keeps no count of a pcb's
+// retransmissions over its life (nrtx is the segment at the head's).
+struct PcbInfo {
+  uint8_t state = CLOSED;  // lwIP's enum tcp_state
+  uint32_t srtt_us = 0;    // 0: not timed yet, or under one tick
+  uint32_t rto_ms = 0;
+  uint32_t cwnd_bytes = 0;
+  uint32_t in_flight = 0;    // sent, not yet acknowledged
+  uint32_t send_queue = 0;   // queued, not yet sent
+  uint32_t peer_window = 0;  // what the peer last advertised
+};
+
+inline PcbInfo InfoOf(const tcp_pcb* pcb) {
+  PcbInfo i;
+  i.state = static_cast<uint8_t>(pcb->state);
+  i.srtt_us = pcb->sv < 0 ? 0 : static_cast<uint32_t>(pcb->sa >> 3) * TCP_TMR_INTERVAL * 1000u;
+  i.rto_ms = static_cast<uint32_t>(pcb->rto) * TCP_SLOW_INTERVAL;
+  i.cwnd_bytes = pcb->cwnd;
+  i.in_flight = pcb->snd_nxt - pcb->lastack;
+  i.send_queue = pcb->snd_lbb - pcb->snd_nxt;
+  i.peer_window = pcb->snd_wnd;
+  return i;
+}
+
+// lwIP's state names, as Linux's ss spells its own.
+inline const char* StateName(uint8_t state) {
+  static const char* const kNames[] = {"CLOSED",      "LISTEN",    "SYN_SENT",  "SYN_RECV",
+                                       "ESTABLISHED", "FIN_WAIT1", "FIN_WAIT2", "CLOSE_WAIT",
+                                       "CLOSING",     "LAST_ACK",  "TIME_WAIT"};
+  return state < sizeof kNames / sizeof kNames[0] ? kNames[state] : "?";
+}
+
 // Ends a TIME_WAIT at lwIP's next slow-timer tick (TCP_SLOW_INTERVAL) instead of 2 * MSL from
 // now, by backdating the pcb's timer: lwIP itself frees it then, so no pointer to it is kept.
 inline void ShortenTimeWait(tcp_pcb* pcb) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -265,6 +266,100 @@ TEST_P(ControlTest, MetricsHoldEveryCounterOfTheStatsLine) {
     ++checked;
   }
   EXPECT_GT(checked, 20) << line;
+}
+
+// `show sess` as rows of column name -> value, and the notes after them.
+std::vector<std::map<std::string, std::string>> SessRows(const std::string& csv) {
+  std::istringstream lines(csv);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_EQ(header.rfind("# id,path,worker,rule,client,backend,age_ms,", 0), 0u) << csv;
+  std::vector<std::string> names;
+  std::istringstream h(header.substr(2));
+  for (std::string name; std::getline(h, name, ',');) names.push_back(name);
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(lines, line) && !line.empty() && line[0] != '#';) {
+    std::istringstream c(line);
+    std::map<std::string, std::string> row;
+    size_t i = 0;
+    for (std::string cell; std::getline(c, cell, ',') && i < names.size(); ++i) {
+      row[names[i]] = cell;
+    }
+    EXPECT_EQ(i, names.size()) << line;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// Every open connection in `show sess` with its peers, bytes and TCP state; one of them reset
+// by `shutdown session ID` while the others go on.
+TEST_P(ControlTest, ShowSessAndShutdownSession) {
+  const std::string path = GetParam();
+  const std::string fast = path == "xdp" ? "fast" : "kernel";
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+  ForwarderProcess fwd(path, Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  constexpr int kOpen = 3;
+  std::vector<UniqueFd> clients, servers;
+  for (int i = 0; i < kOpen; ++i) {
+    clients.push_back(TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort));
+    servers.emplace_back(accept(listener.get(), nullptr, nullptr));
+    ASSERT_TRUE(servers.back());
+    // Connection i sends 100 * (i + 1) bytes and gets 10 * (i + 1) back.
+    const std::string up(100 * (i + 1), 'u'), down(10 * (i + 1), 'd');
+    ASSERT_EQ(send(clients[i].get(), up.data(), up.size(), 0), static_cast<ssize_t>(up.size()));
+    std::string got(up.size(), '\0');
+    ASSERT_EQ(recv(servers[i].get(), got.data(), got.size(), MSG_WAITALL),
+              static_cast<ssize_t>(got.size()));
+    ASSERT_EQ(send(servers[i].get(), down.data(), down.size(), 0),
+              static_cast<ssize_t>(down.size()));
+    got.assign(down.size(), '\0');
+    ASSERT_EQ(recv(clients[i].get(), got.data(), got.size(), MSG_WAITALL),
+              static_cast<ssize_t>(got.size()));
+  }
+  auto rows = SessRows(fwd.Control("show sess"));
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kOpen));
+  std::map<uint16_t, std::map<std::string, std::string>> by_port;  // client port -> row
+  std::set<std::string> ids;
+  for (auto& row : rows) {
+    EXPECT_EQ(row["path"], fast);
+    EXPECT_EQ(row["rule"], "0");
+    EXPECT_EQ(row["backend"], Addr(topo_.server_addr(), kPort));
+    EXPECT_EQ(row["client"].rfind(ToString(topo_.client_addr()) + ":", 0), 0u) << row["client"];
+    EXPECT_EQ(row["client_state"], "ESTABLISHED");
+    EXPECT_EQ(row["backend_state"], "ESTABLISHED");
+    EXPECT_NE(row["client_cwnd"], "0");
+    EXPECT_NE(row["backend_peer_window"], "0");
+    if (path == "kernel") {
+      EXPECT_NE(row["client_srtt_us"], "0");  // lwIP times in 10 ms ticks: 0 on a veth
+    }
+    ids.insert(row["id"]);
+    by_port[static_cast<uint16_t>(std::stoi(row["client"].substr(row["client"].find(':') + 1)))] =
+        row;
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kOpen));
+  for (int i = 0; i < kOpen; ++i) {
+    auto& row = by_port[LocalPort(clients[i].get())];
+    EXPECT_EQ(row["bytes_to_backend"], std::to_string(100 * (i + 1)));
+    EXPECT_EQ(row["bytes_to_client"], std::to_string(10 * (i + 1)));
+  }
+
+  // Reset the second one; the others still relay.
+  const std::string victim = by_port[LocalPort(clients[1].get())]["id"];
+  EXPECT_EQ(fwd.Control("shutdown session " + victim), "session " + victim + " reset\n\n");
+  char byte;
+  EXPECT_EQ(recv(clients[1].get(), &byte, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  for (int i : {0, 2}) {
+    ASSERT_EQ(send(clients[i].get(), "x", 1, 0), 1);
+    ASSERT_EQ(recv(servers[i].get(), &byte, 1, MSG_WAITALL), 1);
+  }
+  rows = SessRows(fwd.Control("show sess"));
+  EXPECT_EQ(rows.size(), static_cast<size_t>(kOpen - 1));
+  EXPECT_EQ(fwd.Control("shutdown session " + victim).rfind("error: ", 0), 0u);
+  EXPECT_EQ(fwd.Control("shutdown session nonsense"),
+            "error: shutdown session: 'nonsense' is not a session id (show sess)\n\n");
+  const auto stats = fwd.Stats();
+  EXPECT_EQ(fwd.Relay(stats, "admin_shutdown"), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothPaths, ControlTest, ::testing::Values("xdp", "kernel"));
