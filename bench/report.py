@@ -24,6 +24,14 @@ IDLE_TARGET = 100_000
 # The access log's cost: connections/s with it on at least this share of the same fast path's
 # without it, in the same run (xdpfwd-xdp-log against xdpfwd-xdp).
 LOG_RATE_TARGET = 0.95
+# The flight recorder's cost (#29): the fast path with it on (xdpfwd-xdp) at least this share
+# of the same fast path with it off (xdpfwd-xdp-norec) in bulk and connections/s, and its rr
+# p99 at most this many µs above, in the same run.
+RECORDER_RATIO_TARGET = 0.99
+RECORDER_P99_TARGET_US = 1.0
+# The rows of the throughput-and-latency table, and the connection-rate table's.
+THROUGHPUT_ROWS = ("gbps_p1", "gbps_p8", "rr1", "rr64")
+RATE_ROWS = ("rate_server", "rate_client")
 
 
 def log(msg):
@@ -50,6 +58,8 @@ def fmt_value(v):
         return out
     if isinstance(v, dict) and "forwarder_lines" in v:
         return access_log_text(v)
+    if isinstance(v, dict) and "sess" in v and "metrics" in v:
+        return watch_text(v)
     if isinstance(v, dict) and "held" in v:
         return (f"held {v['held']:,} of {v['requested']:,} (opened {v['opened']:,}, proven at "
                 f"open {v['verified_open']:,}, at close {v['verified_close']:,}, dropped "
@@ -85,6 +95,17 @@ def access_log_text(a):
 
 
 MIB = 1 << 20
+
+
+def watch_text(w):
+    """A watched configuration's watcher and hold (bench/run's Bench.watch_end) in words."""
+    m, q, h = w["metrics"], w["sess"], w["held"]
+    return (f"{w['seconds']} s at {w['hz']} Hz: GET /metrics {m['answers']:,} answers "
+            f"({m['failures']} failed), median {cell(m['median_ms'], 2)} / max "
+            f"{cell(m['max_ms'], 2)} ms; show sess {q['answers']:,} answers ({q['failures']} "
+            f"failed), median {cell(q['median_ms'], 2)} / max {cell(q['max_ms'], 2)} ms, "
+            f"{cell(q['rows_min'], 0)}-{cell(q['rows_max'], 0)} rows; idle connections held "
+            f"{h['held']:,} of {h['requested']:,}")
 
 
 def load_text(load):
@@ -203,7 +224,7 @@ def markdown(results, configs, meta):
                 "syscalls/MiB strace -P1; counted -P1 / -P8 | rr 1 conn p50 / p99 / p99.9 µs | rr 64 conns k exchanges/s, p50 / p99 µs |",
                 "|---|---|---|---|---|---|---|"]
         for c in shown:
-            if c.rate_only:  # connection-rate rows only: no row of its own here
+            if not any(c.measures(k) for k in THROUGHPUT_ROWS):  # xdpfwd-xdp-log
                 continue
             r = by_cfg[c.name]
             rr64 = rate_of(r, "rr64")
@@ -230,6 +251,8 @@ def markdown(results, configs, meta):
                 "first / client first |",
                 "|---|---|---|---|---|---|---|---|"]
         for c in shown:
+            if not any(c.measures(k) for k in RATE_ROWS):  # xdpfwd-xdp-watched
+                continue
             r = by_cfg[c.name]
             cells = []
             for order in CLOSE_ORDERS:
@@ -239,6 +262,8 @@ def markdown(results, configs, meta):
             cells.append(ports_cell(r))
             out.append(f"| {c.label} | " + " | ".join(cells) + " |")
         out += access_log_table(mtu, by_cfg, shown)
+        out += recorder_table(mtu, by_cfg, shown)
+        out += watched_table(mtu, by_cfg, shown)
         out += ["", f"Idle connections, MTU {mtu}: each proven by a 32-byte exchange when opened "
                 "and again before closing; memory per connection = the forwarder's PSS growth + "
                 "the kernel memory it added beyond direct routing's (client and server sockets), "
@@ -249,7 +274,7 @@ def markdown(results, configs, meta):
                 "forwarder PSS while holding, MiB |",
                 "|---|---|---|---|---|"]
         for c in shown:
-            if c.rate_only:
+            if not c.measures("idle"):
                 continue
             r = by_cfg[c.name]
             i = r.get("idle")
@@ -297,7 +322,7 @@ def markdown(results, configs, meta):
     targets = target_rows(results)
     if targets:
         out += ["### Targets: the fast path against the kernel path (and against itself with "
-                "its access log on), same run", "",
+                "its access log on and its flight recorder off), same run", "",
                 "| MTU | target | measured | |", "|---|---|---|---|"]
         out += [f"| {m} | {t} | {v} | {STATUS[ok]} |" for m, t, v, ok in targets]
         out.append("")
@@ -310,7 +335,7 @@ STATUS = {True: "met", False: "**missed**", None: "**not measured**"}
 def access_log_table(mtu, by_cfg, shown):
     """Markdown lines: each configuration with an access log (bench/run's xdpfwd-xdp-log) beside
     the one it is compared with, per close order, and its log's lines against its connections."""
-    rows = [c for c in shown if by_cfg[c.name].get("baseline")]
+    rows = [c for c in shown if c.comparison == "access_log"]
     if not rows:
         return []
     out = ["", f"Access log cost, MTU {mtu}: the fast path with `logfile` in its rules file, in "
@@ -374,13 +399,145 @@ def access_log_table(mtu, by_cfg, shown):
     return out
 
 
+def compared_metrics(on, off):
+    """(metric, row key, value on, value off, kind) for the rows a compared configuration
+    shares with its baseline; `on` and `off` are results; kind: "ratio" (compared as on / off)
+    or the latency percentile (compared as on − off)."""
+    rows = []
+    for key, what in (("gbps_p1", "iperf3 -P 1 Gbit/s"), ("gbps_p8", "iperf3 -P 8 Gbit/s")):
+        rows.append((what, key, on.get(key), off.get(key), "ratio"))
+    for key, what in (("rr1", "rr 1 connection"), ("rr64", "rr 64 connections")):
+        for p in ("p50", "p99"):
+            rows.append((f"{what} {p} µs", key, lat(on, key, p), lat(off, key, p), p))
+    for order in CLOSE_ORDERS:
+        key = f"rate_{order}"
+        rows.append((f"connections/s, {CLOSE_LABEL[order]}", key, rate_of(on, key),
+                     rate_of(off, key), "ratio"))
+    return rows
+
+
+def compared_cells(a, b, kind):
+    """The a-against-b cell of a compared metric: a / b for throughput and rates, a − b µs for
+    latency; and the number itself (None when either side is missing)."""
+    if a is None or b is None or (kind == "ratio" and not b):
+        return "—", None
+    if kind == "ratio":
+        return f"{a / b:.3f}×", a / b
+    return f"{a - b:+.1f} µs", a - b
+
+
+def recorder_verdict(kind, v):
+    """The recorder target for one metric: (target text, met) or None where it has none."""
+    if kind == "ratio":
+        return f"≥ {RECORDER_RATIO_TARGET}×", None if v is None else v >= RECORDER_RATIO_TARGET
+    if kind == "p99":
+        return f"≤ +{RECORDER_P99_TARGET_US:g} µs", None if v is None else v <= RECORDER_P99_TARGET_US
+    return None
+
+
+def recorder_table(mtu, by_cfg, shown):
+    """Markdown lines: the fast path with its flight recorder on (its baseline, xdpfwd-xdp)
+    against off (xdpfwd-xdp-norec), per metric, with the #29 targets."""
+    out = []
+    for c in shown:
+        if c.comparison != "recorder":
+            continue
+        off = by_cfg[c.name]
+        on = by_cfg.get(off["baseline"], {})
+        out += ["", f"Flight recorder cost, MTU {mtu}: the fast path with its flight recorder on "
+                f"(`{off['baseline']}`, the default) against the same fast path with it off "
+                f"(`{c.name}`: `--tune recorder=off`), same run, same options, ports of their "
+                f"own. Targets (#29): on ≥ {RECORDER_RATIO_TARGET}× off in bulk and "
+                f"connections/s, rr p99 on − off ≤ {RECORDER_P99_TARGET_US:g} µs (p50 shown, no "
+                "target).", "",
+                f"| metric | recorder on ({off['baseline']}) | off ({c.name}) | on / off, or "
+                "on − off | target | |", "|---|---|---|---|---|---|"]
+        for what, key, a, b, kind in compared_metrics(on, off):
+            diff, v = compared_cells(a, b, kind)
+            verdict = recorder_verdict(kind, v)
+            digits = 2 if key.startswith("gbps") else 0 if key in RATE_ROWS else 1
+            target, status = (verdict[0], STATUS[verdict[1]]) if verdict else ("none", "")
+            out.append(f"| {what} | {cell(a, digits)} | {cell(b, digits)} | {diff} | {target} | "
+                       f"{status} |")
+    return out
+
+
+def recorder_targets(mtu, by):
+    """Target rows for the flight recorder's cost (recorder_table's verdicts)."""
+    rows = []
+    for name, off in by.items():
+        if off.get("comparison") != "recorder":
+            continue
+        on = by.get(off["baseline"], {})
+        for what, _, a, b, kind in compared_metrics(on, off):
+            diff, v = compared_cells(a, b, kind)
+            verdict = recorder_verdict(kind, v)
+            if verdict:
+                rows.append((mtu, f"flight recorder on vs off ({off['baseline']} vs {name}), "
+                             f"{what}: {verdict[0]}",
+                             "not measured" if v is None else f"{cell(a, 2)} vs {cell(b, 2)} = {diff}",
+                             verdict[1]))
+    return rows
+
+
+def watched_table(mtu, by_cfg, shown):
+    """Markdown lines: the fast path's bulk and rr rows while watched (xdpfwd-xdp-watched:
+    idle connections held through it, GET /metrics and show sess 10 times a second) against
+    the same rows unwatched (its baseline), and what the watcher saw."""
+    out = []
+    for c in shown:
+        if c.comparison != "watched":
+            continue
+        w = by_cfg[c.name]
+        base = by_cfg.get(w["baseline"], {})
+        watch = w.get("watch")
+        held = f"{watch['held']['requested']:,}" if watch else "the asked"
+        out += ["", f"Watched, MTU {mtu}: the fast path with `--metrics` on (`{c.name}`), its "
+                f"bulk and request/response rows run while {held} idle connections were held "
+                "open through it (`hold`, as the idle row) and a watcher (a thread of bench/run "
+                f"on the load generators' CPU) did, {watch['hz'] if watch else 10} times a "
+                "second, one GET /metrics and one `show sess` (every open connection) over the "
+                f"control socket; against the same fast path unwatched (`{w['baseline']}`, same "
+                "run). Target (#29): rr p99 and bulk within noise.", "",
+                f"| metric | {w['baseline']} | watched ({c.name}) | watched / unwatched, or "
+                "watched − unwatched |", "|---|---|---|---|"]
+        for what, key, a, b, kind in compared_metrics(w, base):
+            if key in RATE_ROWS:
+                continue  # no connection-rate rows watched
+            digits = 2 if key.startswith("gbps") else 1
+            why = w.get("errors", {})
+            shown_a = cell(a, digits) if a is not None or key not in why else "**not measured**"
+            out.append(f"| {what} | {cell(b, digits)} | {shown_a} | {compared_cells(a, b, kind)[0]} |")
+        out += ["", "| watcher | answers (failed) | median ms | max ms | connections listed, "
+                "fewest / most |", "|---|---|---|---|---|"]
+        if not watch:
+            why = w.get("errors", {}).get("watch", "not run")
+            out.append(f"| GET /metrics | **not measured** ({why}) | — | — | — |")
+            out.append(f"| show sess | **not measured** ({why}) | — | — | — |")
+            continue
+        m, q, h = watch["metrics"], watch["sess"], watch["held"]
+        listed = (f"{q['rows_min']:,} / {q['rows_max']:,}" if q["rows_min"] is not None else "—")
+        if q["rows_min"] is not None and q["rows_min"] < h["requested"]:
+            listed = f"**{listed}** (fewer than the {h['requested']:,} held)"
+        out.append(f"| GET /metrics | {m['answers']:,} ({m['failures']}) | "
+                   f"{cell(m['median_ms'], 2)} | {cell(m['max_ms'], 2)} | n/a ({m['bytes'] or 0:,} "
+                   "bytes an answer) |")
+        out.append(f"| show sess | {q['answers']:,} ({q['failures']}) | {cell(q['median_ms'], 2)} "
+                   f"| {cell(q['max_ms'], 2)} | {listed} |")
+        out += ["", f"Watched for {watch['seconds']} s; idle connections: {h['held']:,} of "
+                f"{h['requested']:,} proven at close (opened and proven in {h['open_seconds']} s)"
+                + (f"; **{w['errors']['watch']}**" if w.get("errors", {}).get("watch") else "")
+                + "."]
+    return out
+
+
 def access_log_targets(mtu, by):
     """Target rows for each configuration with an access log: its connections/s against its
     baseline's per close order (≥ LOG_RATE_TARGET×), and its lines (2 per connection accepted,
     every one whole, none dropped)."""
     rows = []
     for name, r in by.items():
-        if not r.get("baseline"):
+        if r.get("comparison") != "access_log":
             continue
         base = by.get(r["baseline"], {})
         for order in CLOSE_ORDERS:
@@ -507,6 +664,7 @@ def target_rows(results):
     # The access log's rows last within each MTU (a stable sort keeps the rest in order).
     for mtu, by in results.items():
         rows += access_log_targets(mtu, by)
+        rows += recorder_targets(mtu, by)
     mtus = list(results)
     rows.sort(key=lambda t: mtus.index(t[0]))
     return rows

@@ -19,6 +19,7 @@
 
 #include "forwarder/config.h"
 #include "forwarder/control_socket.h"
+#include "forwarder/diagnosis.h"
 #include "forwarder/exposition.h"
 #include "forwarder/service_notify.h"
 #include "os/log.h"
@@ -37,6 +38,9 @@ constexpr auto kClientTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxClients = 64;
 // While draining: how often the open connections are counted (each count asks the workers).
 constexpr auto kDrainPoll = std::chrono::milliseconds(100);
+// How often the workers' counters are compared for host warnings (forwarder/diagnosis.h): each
+// look asks the workers for their numbers once.
+constexpr auto kDiagnosisInterval = std::chrono::seconds(2);
 
 constexpr const char* kHelp =
     "commands (one per line):\n"
@@ -81,6 +85,9 @@ class ControlLoop {
   bool OnSignal();
   void Reload(const char* why, std::string* answer);
   std::string Answer(std::string_view line, bool& close);
+  // The service's report with what the loop itself knows: reloads, the host's warnings.
+  ServiceReport FullReport();
+  void Diagnose();
   void AnswerHttp(Client& c);
   void BeginDrain(const std::string& why);
   bool CheckDrain();  // true: drained, or the limit passed
@@ -92,6 +99,8 @@ class ControlLoop {
   UniqueFd epoll_, signals_;
   std::map<int, std::unique_ptr<Client>> clients_;
   uint64_t reloads_ = 0, reloads_refused_ = 0;
+  HostDiagnosis diagnosis_;
+  Clock::time_point next_diagnosis_;
   Clock::time_point next_stats_ = Clock::time_point::max();
   bool draining_ = false;
   Clock::time_point drain_started_, next_drain_poll_;
@@ -126,6 +135,7 @@ int ControlLoop::Run() {
   if (options_.stats_interval_s > 0) {
     next_stats_ = Clock::now() + std::chrono::seconds(options_.stats_interval_s);
   }
+  next_diagnosis_ = Clock::now();  // the first look is the baseline
   epoll_event events[32];
   while (!done_) {
     const int n = epoll_wait(epoll_.get(), events, 32, WaitMs());
@@ -147,6 +157,7 @@ int ControlLoop::Run() {
     }
     const auto now = Clock::now();
     if (!done_ && draining_ && now >= next_drain_poll_) done_ = CheckDrain();
+    if (!done_ && now >= next_diagnosis_) Diagnose();
     if (now >= next_stats_) {
       service_.PrintStats();
       next_stats_ = now + std::chrono::seconds(options_.stats_interval_s);
@@ -164,7 +175,7 @@ int ControlLoop::Run() {
 }
 
 int ControlLoop::WaitMs() const {
-  auto until = next_stats_;
+  auto until = std::min(next_stats_, next_diagnosis_);
   if (draining_) until = std::min(until, next_drain_poll_);
   for (const auto& [fd, c] : clients_) until = std::min(until, c->deadline);
   if (until == Clock::time_point::max()) return -1;
@@ -278,12 +289,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     if (j > i) command += (command.empty() ? "" : " ") + std::string(line.substr(i, j - i));
     i = j;
   }
-  auto report = [&] {
-    ServiceReport r = service_.Report();
-    r.reloads = reloads_;
-    r.reloads_refused = reloads_refused_;
-    return r;
-  };
+  auto report = [&] { return FullReport(); };
   if (command.empty()) return "";
   if (command == "help") return kHelp;
   if (command == "quit") {
@@ -322,6 +328,27 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     return answer;
   }
   return "error: unknown command '" + command + "' (help lists them)\n";
+}
+
+ServiceReport ControlLoop::FullReport() {
+  ServiceReport r = service_.Report();
+  r.reloads = reloads_;
+  r.reloads_refused = reloads_refused_;
+  for (const HostWarning& w : diagnosis_.active(Clock::now())) r.warnings.push_back(w.text);
+  r.warnings_raised = diagnosis_.raised();
+  return r;
+}
+
+// Only the fast path's workers are watched: the kernel path's threads are the scheduler's.
+void ControlLoop::Diagnose() {
+  const auto now = Clock::now();
+  next_diagnosis_ = now + kDiagnosisInterval;
+  const ServiceReport r = service_.Report();
+  if (!r.fast) {
+    next_diagnosis_ = Clock::time_point::max();
+    return;
+  }
+  for (const HostWarning& w : diagnosis_.Check(r, now)) Log("warning: " + w.text);
 }
 
 void ControlLoop::Accept(int listener, ClientKind kind) {
@@ -412,10 +439,7 @@ void ControlLoop::AnswerHttp(Client& c) {
     const std::string_view path =
         first.substr(path_start, first.find(' ', path_start) - path_start);
     if (path == "/metrics" || path.rfind("/metrics?", 0) == 0) {
-      ServiceReport r = service_.Report();
-      r.reloads = reloads_;
-      r.reloads_refused = reloads_refused_;
-      body = MetricsText(r);
+      body = MetricsText(FullReport());
     } else {
       status = "404 Not Found";
       type = "text/plain; charset=utf-8";

@@ -348,6 +348,14 @@ std::string MetricsText(const ServiceReport& r) {
   p.Sample("xdpfwd_reloads_total", {{"result", "refused"}}, r.reloads_refused);
   p.Family("xdpfwd_warnings", true, "warnings about the host now (show info lists them)");
   p.Sample("xdpfwd_warnings", {}, static_cast<uint64_t>(r.warnings.size()));
+  p.Family("xdpfwd_warnings_raised_total", false,
+           "intervals in which the host diagnosis saw something wrong, by kind "
+           "(worker_preempted, worker_page_faults, xsk_drops)");
+  for (const char* kind : {"worker_preempted", "worker_page_faults", "xsk_drops"}) {
+    const auto it = r.warnings_raised.find(kind);
+    p.Sample("xdpfwd_warnings_raised_total", {{"kind", kind}},
+             it == r.warnings_raised.end() ? uint64_t{0} : it->second);
+  }
   p.Family("xdpfwd_rule_info", true,
            "a rule of the running configuration and the path that takes it");
   for (const RuleReport& rule : r.rules) {
@@ -391,6 +399,9 @@ std::string ReportJson(const ServiceReport& r) {
   j.Open("warnings", '[');
   for (const std::string& w : r.warnings) j.String({}, w);
   j.Close(']');
+  j.Open("warnings_raised", '{');
+  for (const auto& [kind, n] : r.warnings_raised) j.Number(kind, n);
+  j.Close('}');
   j.Open("rules", '[');
   for (const RuleReport& rule : r.rules) {
     j.Open({}, '{')

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,8 @@ struct ServiceReport {
   bool draining = false;
   uint64_t reloads = 0, reloads_refused = 0;
   std::vector<RuleReport> rules;
-  std::vector<std::string> warnings;  // each says what is wrong and the fix
+  std::vector<std::string> warnings;                // each says what is wrong and the fix
+  std::map<std::string, uint64_t> warnings_raised;  // the host diagnosis's, by kind
 
   std::optional<FastPathSnapshot> fast;  // summed over workers (dead ones' counters included)
   std::string fast_description;

@@ -3,7 +3,10 @@
 // rate in both close orders with its failures and the forwarder's CPU (the fast path's worker
 // busy time), and idle connections all held and proven; every configuration on ports of its own.
 // The fast path with its access log on (xdpfwd-xdp-log: the connection-rate rows only) beside it,
-// and its log counted after it stopped: 2 whole lines per connection accepted, none dropped.
+// and its log counted after it stopped: 2 whole lines per connection accepted, none dropped. The
+// fast path with its flight recorder off (xdpfwd-xdp-norec) and watched (xdpfwd-xdp-watched:
+// 10,000 idle connections held, /metrics and show sess 10 times a second), each in its table
+// against xdpfwd-xdp.
 // And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
 // rounds' ratios. Each run has its own namespaces, interface names and subnets, so it cannot meet
 // another run's.
@@ -59,6 +62,24 @@ size_t Count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
+}
+
+// The table rows (lines starting with "| ", headers excepted) between the first `begin` and the
+// `end` after it: the rows of one titled table of results.md.
+std::vector<std::string> RowsBetween(const std::string& table, const std::string& begin,
+                                     const std::string& end) {
+  std::vector<std::string> rows;
+  const size_t from = table.find(begin);
+  if (from == std::string::npos) return rows;
+  const size_t to = table.find(end, from);
+  std::istringstream lines(table.substr(from, to == std::string::npos ? to : to - from));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| ", 0) == 0 && line.rfind("| metric |", 0) != 0 &&
+        line.rfind("| watcher |", 0) != 0) {
+      rows.push_back(line);
+    }
+  }
+  return rows;
 }
 
 // A table row's last cell.
@@ -154,6 +175,64 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     EXPECT_EQ(cells[7], "0") << "failed writes: " << rows[1];
     EXPECT_NE(json.find("\"forwarder_lines\""), std::string::npos)
         << "no access_log in results.json";
+  }
+  // The flight recorder off and the watched fast path: a throughput row each (its strace cell
+  // "—": no strace row), the recorder's connection-rate row (ports of its own), then their tables.
+  for (const std::string label :
+       {"xdpfwd --path xdp, recorder off", "xdpfwd --path xdp, watched"}) {
+    const bool norec = label.find("recorder") != std::string::npos;
+    const auto rows = RowsFor(table, label);
+    ASSERT_EQ(rows.size(), norec ? 2u : 1u) << label << " missing from a table:\n" << table;
+    EXPECT_EQ(Count(rows[0], "—"), 1u) << "a measurement produced no number: " << rows[0];
+    for (const std::string& row : rows) {
+      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
+    }
+    if (norec) {
+      EXPECT_EQ(rows[1].find("—"), std::string::npos) << rows[1];
+      EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];
+      const std::string own = LastCell(rows[1]);
+      EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+    }
+  }
+  // "Flight recorder cost": 8 metrics (bulk -P 1 / -P 8, rr 1 and 64 connections p50 / p99,
+  // both connection rates), each on, off, on / off or on − off, target and verdict (met or
+  // missed: at 1 s a row the verdict is noise; only "not measured" is wrong here).
+  {
+    const auto rows = RowsBetween(table, "Flight recorder cost, MTU", "Watched, MTU");
+    ASSERT_EQ(rows.size(), 8u) << "no flight recorder table:\n" << table;
+    for (const std::string& row : rows) {
+      const auto cells = Cells(row);
+      ASSERT_EQ(cells.size(), 6u) << row;
+      EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
+      EXPECT_TRUE(cells[5] == "met" || cells[5] == "**missed**" ||
+                  (cells[5].empty() && cells[4] == "none"))
+          << row;
+    }
+  }
+  // "Watched": 6 metrics against xdpfwd-xdp, then the watcher: GET /metrics and show sess both
+  // answered, none failed, and show sess listed at least the 10,000 connections held each time.
+  {
+    const auto rows = RowsBetween(table, "Watched, MTU", "Idle connections, MTU");
+    ASSERT_EQ(rows.size(), 8u) << "no watched table:\n" << table;
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(rows[i].find("—"), std::string::npos) << "no number: " << rows[i];
+      EXPECT_EQ(rows[i].find("not measured"), std::string::npos) << rows[i];
+    }
+    for (size_t i = 6; i < 8; ++i) {
+      const auto cells = Cells(rows[i]);
+      ASSERT_EQ(cells.size(), 5u) << rows[i];
+      EXPECT_EQ(cells[0], i == 6 ? "GET /metrics" : "show sess") << rows[i];
+      EXPECT_NE(cells[1].rfind("0 ", 0), 0u) << "no answer: " << rows[i];
+      EXPECT_NE(cells[1].find(" (0)"), std::string::npos) << "failed answers: " << rows[i];
+    }
+    // "10,064 / 10,130": the fewest, thousands separators dropped.
+    const std::string listed = Cells(rows[7])[4];
+    std::string digits;
+    for (char ch : listed.substr(0, listed.find(" / "))) {
+      if (ch >= '0' && ch <= '9') digits += ch;
+    }
+    EXPECT_GE(std::stol(digits), 10000) << "show sess listed fewer than held: " << rows[7];
   }
   std::filesystem::remove_all(out);
 }

@@ -1,0 +1,97 @@
+// Warnings about the host from the workers' counters over an interval (diagnosis.h).
+#include "forwarder/diagnosis.h"
+
+#include <cstdio>
+
+namespace xdpfwd {
+namespace {
+
+// What grew between two readings of one counter; nothing when it went back (the worker was
+// restarted and counts from zero again).
+uint64_t Grew(uint64_t before, uint64_t after) { return after > before ? after - before : 0; }
+
+std::string Seconds(std::chrono::steady_clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s",
+                std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0);
+  return text;
+}
+
+std::string CpuText(int cpu) { return cpu < 0 ? "no CPU of its own" : "CPU " + std::to_string(cpu); }
+
+}  // namespace
+
+std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
+                                              std::chrono::steady_clock::time_point t) {
+  std::vector<HostWarning> fresh;
+  if (last_ && now.fast && last_->fast) {
+    const std::string over = " in the last " + Seconds(t - last_time_);
+    for (const WorkerReport& w : now.workers) {
+      const WorkerReport* before = nullptr;
+      for (const WorkerReport& b : last_->workers) {
+        if (b.index == w.index && b.pid == w.pid) before = &b;
+      }
+      if (before == nullptr) continue;  // new or restarted: its numbers start again
+      const FastPathSnapshot& a = before->counters;
+      const FastPathSnapshot& c = w.counters;
+      const std::string who = "worker " + std::to_string(w.index) + " (" + CpuText(w.cpu) + ")";
+      // A busy-polling thread alone on its CPU is never preempted: each switch is another task
+      // or an interrupt's thread taking the CPU, and the worker's packets wait meanwhile.
+      if (const uint64_t n = Grew(a.involuntary_switches, c.involuntary_switches); n > 0) {
+        Raise({"worker_preempted", static_cast<int>(w.index),
+               who + " was preempted " + std::to_string(n) + " time(s)" + over +
+                   ": other tasks or interrupt threads run on its CPU and its packets wait "
+                   "meanwhile. Give it a CPU of its own: --cpus with a CPU listed in isolcpus= "
+                   "and nohz_full= on the kernel command line, and IRQ affinity away from it "
+                   "(docs/tuning.md)"},
+              t, fresh);
+      }
+      // After its start a worker touches no new memory in steady state; a fault is memory
+      // touched for the first time (a pool growing) or swapped out, each a stall of its loop.
+      if (const uint64_t n = Grew(a.minor_faults, c.minor_faults); n > 0) {
+        Raise({"worker_page_faults", static_cast<int>(w.index),
+               who + " took " + std::to_string(n) + " page fault(s)" + over +
+                   ": each stops its loop while the kernel maps a page. Memory touched for the "
+                   "first time (lwIP's pools growing with the connections) does this once; if "
+                   "it goes on, the host is short of memory or swapping"},
+              t, fresh);
+      }
+      const uint64_t dropped = Grew(a.xsk_rx_dropped, c.xsk_rx_dropped);
+      const uint64_t ring_full = Grew(a.xsk_rx_ring_full, c.xsk_rx_ring_full);
+      const uint64_t fill_empty = Grew(a.xsk_fill_ring_empty, c.xsk_fill_ring_empty);
+      if (dropped + ring_full + fill_empty > 0) {
+        Raise({"xsk_drops", static_cast<int>(w.index),
+               who + "'s AF_XDP sockets lost packets" + over + " (dropped " +
+                   std::to_string(dropped) + ", RX ring full " + std::to_string(ring_full) +
+                   ", fill ring empty " + std::to_string(fill_empty) +
+                   "): the worker did not take them in time (it was not running, or had more "
+                   "than it could do); TCP resends them, late. Give it a CPU of its own, or "
+                   "more workers (--cpus)"},
+              t, fresh);
+      }
+    }
+  }
+  last_ = now;
+  last_time_ = t;
+  return fresh;
+}
+
+void HostDiagnosis::Raise(HostWarning w, std::chrono::steady_clock::time_point t,
+                          std::vector<HostWarning>& fresh) {
+  ++raised_[w.kind];
+  auto key = std::make_pair(w.kind, w.worker);
+  auto it = seen_.find(key);
+  const bool already = it != seen_.end() && t - it->second.last < kKeep;
+  seen_[key] = Seen{w, t};
+  if (!already) fresh.push_back(std::move(w));
+}
+
+std::vector<HostWarning> HostDiagnosis::active(std::chrono::steady_clock::time_point t) const {
+  std::vector<HostWarning> out;
+  for (const auto& [key, seen] : seen_) {
+    if (t - seen.last < kKeep) out.push_back(seen.warning);
+  }
+  return out;
+}
+
+}  // namespace xdpfwd
