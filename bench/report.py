@@ -345,9 +345,9 @@ def access_log_table(mtu, by_cfg, shown):
            f"{LOG_RATE_TARGET}×. Control CPU: the control process's own CPU time over its life "
            "(its threads, the log's writer among them; not the workers), per connection "
            "accepted. After it stopped its log is counted: a whole line ends in a "
-           "newline and has 9 tab-separated fields; expected = 2 × the connections its exit "
-           "summary says it accepted (an `opened` line and an end line each); dropped and write "
-           "errors are its own `access log:` counters (a full ring drops a record and counts "
+           "newline and has 9 tab-separated fields; expected = 2 × the connections it accepted "
+           "(`show counters` just before its SIGTERM; an `opened` line and an end line each); "
+           "dropped and write errors are its own `access log:` counters (printed on exit) (a full ring drops a record and counts "
            "it). A count other than expected, a torn line, a dropped record or a failed write "
            "fails the row.", "",
            "| configuration | server closes first: connections/s off → on (on / off) | client "
@@ -423,7 +423,7 @@ def compared_cells(a, b, kind):
         return "—", None
     if kind == "ratio":
         return f"{a / b:.3f}×", a / b
-    return f"{a - b:+.1f} µs", a - b
+    return f"{a - b:+,.1f} µs", a - b
 
 
 def recorder_verdict(kind, v):
@@ -469,14 +469,14 @@ def recorder_targets(mtu, by):
         if off.get("comparison") != "recorder":
             continue
         on = by.get(off["baseline"], {})
-        for what, _, a, b, kind in compared_metrics(on, off):
+        for what, key, a, b, kind in compared_metrics(on, off):
             diff, v = compared_cells(a, b, kind)
             verdict = recorder_verdict(kind, v)
+            digits = 2 if key.startswith("gbps") else 0 if key in RATE_ROWS else 1
             if verdict:
                 rows.append((mtu, f"flight recorder on vs off ({off['baseline']} vs {name}), "
-                             f"{what}: {verdict[0]}",
-                             "not measured" if v is None else f"{cell(a, 2)} vs {cell(b, 2)} = {diff}",
-                             verdict[1]))
+                             f"{what}: {verdict[0]}", "not measured" if v is None else
+                             f"{cell(a, digits)} vs {cell(b, digits)} = {diff}", verdict[1]))
     return rows
 
 

@@ -17,7 +17,9 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
   return text;
 }
 
-std::string CpuText(int cpu) { return cpu < 0 ? "no CPU of its own" : "CPU " + std::to_string(cpu); }
+std::string CpuText(int cpu) {
+  return cpu < 0 ? "no CPU of its own" : "CPU " + std::to_string(cpu);
+}
 
 }  // namespace
 

@@ -576,7 +576,7 @@ TEST_F(ControlSocketTest, HostWarningsWithTheirFix) {
   ForwarderProcess fwd("xdp", Addr(topo.client_gw(), kPort), Addr(topo.server_addr(), kPort),
                        {"--control", path_, "--cpus", std::to_string(cpu)});
   // What this machine does to the worker unprovoked (a shared VM preempts it now and then):
-  // printed, and the bar the hog must clear.
+  // printed for the reader.
   std::this_thread::sleep_for(4500ms);
   const std::string quiet = fwd.Control("show info");
   std::cerr << "before the hog:\n" << quiet;
@@ -593,7 +593,9 @@ TEST_F(ControlSocketTest, HostWarningsWithTheirFix) {
   EXPECT_NE(info.find("warning: worker 0 (CPU " + std::to_string(cpu) + ") was preempted"),
             std::string::npos)
       << info;
-  EXPECT_GE(Preemptions(info), std::max<uint64_t>(100, 2 * Preemptions(quiet))) << info;
+  // At least 50 a second: the hog's share of the CPU. (Unprovoked, this VM's count varies from a
+  // handful to hundreds with the machine's load: it is printed above, not compared.)
+  EXPECT_GE(Preemptions(info), 100u) << info;
   EXPECT_NE(info.find("isolcpus="), std::string::npos) << info;  // the fix comes with it
   EXPECT_TRUE(fwd.WaitForOutput("xdpfwd: warning: worker 0 (CPU", 1s)) << fwd.output();
   const std::string metrics = fwd.Control("show metrics");
@@ -601,11 +603,29 @@ TEST_F(ControlSocketTest, HostWarningsWithTheirFix) {
   ASSERT_TRUE(raised.has_value()) << metrics;
   EXPECT_GE(std::stoull(*raised), 1u);
 
-  // Stopped while 6,000 segments of a steered flow arrive: more than its AF_XDP socket's
-  // 4,096-frame ring holds, so the kernel drops the rest and counts them.
+  // A fresh worker's first bulk transfer: lwIP's pools grow into memory never touched before,
+  // a page fault each page, on the worker's loop.
   UniqueFd client = TcpConnect(topo.client_ns(), topo.client_gw(), kPort);
   UniqueFd server(accept(listener.get(), nullptr, nullptr));
   ASSERT_TRUE(server);
+  std::thread drain([&] {
+    std::string buffer(1 << 20, '\0');
+    for (size_t got = 0; got < (8u << 20);) {
+      const ssize_t n = recv(server.get(), buffer.data(), buffer.size(), 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+  });
+  const std::string chunk(1 << 20, 'x');
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(send(client.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(chunk.size()));
+  }
+  drain.join();
+  EXPECT_TRUE(fwd.WaitForOutput("page fault(s) in the last", 6s)) << fwd.output();
+
+  // Stopped while 6,000 segments of a steered flow arrive: more than its AF_XDP socket's
+  // 4,096-frame ring holds, so the kernel drops the rest and counts them.
   const uint16_t sport = LocalPort(client.get());
   const pid_t worker = static_cast<pid_t>(ForwarderProcess::Get(fwd.Stats(), "worker.0.pid"));
   ASSERT_GT(worker, 0);
