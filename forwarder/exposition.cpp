@@ -61,6 +61,16 @@ bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
+// A number without the zeros a fixed format adds: 0.000001, 2, 33.554432.
+std::string Decimal(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.9f", v);
+  std::string out = text;
+  out.erase(out.find_last_not_of('0') + 1);
+  if (out.back() == '.') out.pop_back();
+  return out;
+}
+
 std::string Seconds(uint64_t ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ms) / 1000.0);
@@ -73,6 +83,9 @@ class Prometheus {
   using Labels = std::vector<std::pair<std::string_view, std::string>>;
 
   void Family(const std::string& name, bool gauge, std::string_view help) {
+    Family(name, gauge ? "gauge" : "counter", help);
+  }
+  void Family(const std::string& name, const char* type, std::string_view help) {
     out_ += "# HELP " + name + ' ';
     for (char c : help) {  // HELP escapes backslash and newline
       if (c == '\\') {
@@ -83,7 +96,7 @@ class Prometheus {
         out_ += c;
       }
     }
-    out_ += "\n# TYPE " + name + (gauge ? " gauge\n" : " counter\n");
+    out_ += "\n# TYPE " + name + " " + type + "\n";
   }
   void Sample(const std::string& name, const Labels& labels, uint64_t value) {
     Start(name, labels);
@@ -91,15 +104,7 @@ class Prometheus {
   }
   void Sample(const std::string& name, const Labels& labels, double value) {
     Start(name, labels);
-    // Seconds to the nanosecond, without the zeros a fixed format would add.
-    char text[64];
-    std::snprintf(text, sizeof text, "%.9f", value);
-    std::string v = text;
-    if (v.find('.') != std::string::npos) {
-      v.erase(v.find_last_not_of('0') + 1);
-      if (v.back() == '.') v.pop_back();
-    }
-    out_ += v + '\n';
+    out_ += Decimal(value) + '\n';  // seconds to the nanosecond
   }
   std::string Take() { return std::move(out_); }
 
@@ -184,6 +189,31 @@ void RelayMetrics(Prometheus& p, const ServiceReport& r) {
              return Labels(Prometheus::Labels{{"direction", "to_client"}});
            return Labels();
          });
+  // Histograms: cumulative buckets with upper bounds in seconds, then the sum and the count.
+  auto histogram = [&](const std::string& name, std::string_view help, auto pick) {
+    p.Family(name, "histogram", help);
+    std::vector<std::pair<std::string, const LatencyHistogram*>> of;
+    if (r.fast) of.emplace_back("fast", &pick(r.fast->relay));
+    if (r.kernel) of.emplace_back("kernel", &pick(r.kernel->relay));
+    for (const auto& [path, h] : of) {
+      uint64_t below = 0;
+      for (int i = 0; i < kLatencyBuckets; ++i) {
+        below += h->buckets[i];
+        p.Sample(name + "_bucket",
+                 {{"path", path},
+                  {"le", i + 1 < kLatencyBuckets ? Decimal(LatencyBucketSeconds(i)) : "+Inf"}},
+                 below);
+      }
+      p.Sample(name + "_sum", {{"path", path}}, static_cast<double>(h->sum_ns) / 1e9);
+      p.Sample(name + "_count", {{"path", path}}, h->count);
+    }
+  };
+  histogram("xdpfwd_connect_seconds",
+            "from the client's connection taken to the backend leg established",
+            [](const RelayTotals& t) -> const LatencyHistogram& { return t.connect; });
+  histogram("xdpfwd_first_byte_seconds",
+            "from the client's connection taken to the backend's first byte",
+            [](const RelayTotals& t) -> const LatencyHistogram& { return t.first_byte; });
   family("xdpfwd_connections_ended_total", false,
          "connections that ended, by how (completed, refused, reset, timed out: "
          "forwarder/relay_counters.h says what each counts)",
@@ -384,6 +414,17 @@ std::string MetricsText(const ServiceReport& r) {
   return p.Take();
 }
 
+// A histogram as {"count":N,"sum_ns":N,"buckets_us":{"1":N,"2":N,...,"inf":N}}: each bucket
+// keyed by its upper bound in µs, not cumulative.
+void HistogramJson(Json& j, std::string_view key, const LatencyHistogram& h) {
+  j.Open(key, '{').Number("count", h.count).Number("sum_ns", h.sum_ns);
+  j.Open("buckets_us", '{');
+  for (int i = 0; i < kLatencyBuckets; ++i) {
+    j.Number(i + 1 < kLatencyBuckets ? std::to_string(uint64_t{1} << i) : "inf", h.buckets[i]);
+  }
+  j.Close('}').Close('}');
+}
+
 std::string ReportJson(const ServiceReport& r) {
   Json j;
   j.Open({}, '{')
@@ -415,7 +456,10 @@ std::string ReportJson(const ServiceReport& r) {
   j.Close(']');
   if (r.fast) {
     j.Open("fast_path", '{').String("description", r.fast_description);
-    j.Open("total", '{').Fields(RelayFields(r.fast->relay)).Fields(FastFields(*r.fast)).Close('}');
+    j.Open("total", '{').Fields(RelayFields(r.fast->relay)).Fields(FastFields(*r.fast));
+    HistogramJson(j, "connect", r.fast->relay.connect);
+    HistogramJson(j, "first_byte", r.fast->relay.first_byte);
+    j.Close('}');
     j.Open("workers", '[');
     for (const WorkerReport& w : r.workers) {
       j.Open({}, '{').Number("index", w.index).Signed("pid", w.pid).Signed("cpu", w.cpu);
@@ -444,11 +488,10 @@ std::string ReportJson(const ServiceReport& r) {
     j.Open("kernel_path", '{')
         .Number("threads", static_cast<uint64_t>(r.kernel_threads))
         .Bool("busy_poll", r.kernel_busy_poll);
-    j.Open("total", '{')
-        .Fields(RelayFields(r.kernel->relay))
-        .Fields(KernelFields(*r.kernel))
-        .Close('}')
-        .Close('}');
+    j.Open("total", '{').Fields(RelayFields(r.kernel->relay)).Fields(KernelFields(*r.kernel));
+    HistogramJson(j, "connect", r.kernel->relay.connect);
+    HistogramJson(j, "first_byte", r.kernel->relay.first_byte);
+    j.Close('}').Close('}');
   }
   if (r.datagram) j.Open("datagram_path", '{').Fields(DatagramFields(*r.datagram)).Close('}');
   if (r.access_log) {

@@ -475,6 +475,8 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
 void Loop::OnConnected(Connection& c) {
   c.connecting = false;
   c.since = now_;
+  counters_.relay.connect.Observe(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
   relaying_.splice(relaying_.end(), connecting_, c.self);
   Relay(c);  // bytes the client sent meanwhile
 }
@@ -509,6 +511,10 @@ void Loop::Relay(Connection& c) {
   if (auto why = failure(up, End::kClientReset, End::kBackendReset)) return Finish(c, *why);
   const PumpResult down = c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_client, down.bytes);
+  if (c.bytes_out == 0 && down.bytes > 0) {
+    counters_.relay.first_byte.Observe(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
+  }
   c.bytes_out += down.bytes;
   if (!c.closed_first && c.to_client.source_ended()) {
     c.closed_first = SessionResult::kLocalClosedFirst;

@@ -105,8 +105,9 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   // or a timeout says its own reason.
   bool end_known = false;
   SessionResult end = SessionResult::kUnknownError;
-  uint32_t trace_id = 0;  // the flight recorder's name for it
-  uint64_t listed = 0;    // the last `show sess` listing that has it (Relay::listing_)
+  uint32_t trace_id = 0;     // the flight recorder's name for it
+  uint64_t listed = 0;       // the last `show sess` listing that has it (Relay::listing_)
+  uint64_t accepted_ns = 0;  // the worker's clock when the client's connection was taken
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
 };
@@ -163,6 +164,7 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
+    r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
     r.connecting_.Remove(c);
     r.Touch(c);
@@ -196,6 +198,7 @@ struct Relay::Callbacks {
     }
     r.Touch(c);
     if (leg->received == 0) {
+      if (!leg->is_client) r.counters_.first_byte.Observe(r.now_ns_ - c.accepted_ns);
       r.Trace(
           c,
           leg->is_client ? RecorderEvent::kFirstByteToBackend : RecorderEvent::kFirstByteToClient,
@@ -334,6 +337,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   c->relay = this;
   c->rule = listener.rule;
   c->started_ms = c->last_active_ms = now_ms_;
+  c->accepted_ns = now_ns_;
   c->client.conn = c->backend.conn = c;
   c->client.is_client = true;
   c->client.connected = true;

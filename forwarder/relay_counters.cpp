@@ -7,6 +7,8 @@ RelayTotals& RelayTotals::operator+=(const RelayTotals& o) {
 #define XDPFWD_FIELD(name, kind, what) name += o.name;
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  connect += o.connect;
+  first_byte += o.first_byte;
   return *this;
 }
 
@@ -25,6 +27,8 @@ RelayTotals RelayCounters::Snapshot() const {
 #define XDPFWD_FIELD(name, kind, what) t.name = name.load(std::memory_order_relaxed);
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  t.connect = connect.Snapshot();
+  t.first_byte = first_byte.Snapshot();
   return t;
 }
 

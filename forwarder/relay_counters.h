@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "forwarder/latency_histogram.h"
+
 namespace xdpfwd {
 
 // Limits every path enforces the same way.
@@ -53,6 +55,10 @@ struct RelayTotals {
 #define XDPFWD_FIELD(name, kind, what) uint64_t name = 0;
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  // From the client's connection taken to the backend leg established, and to the backend's
+  // first byte (its connect time plus its answer to the client's first bytes, if it waited
+  // for them).
+  LatencyHistogram connect, first_byte;
   RelayTotals& operator+=(const RelayTotals& o);
   // "accepted=10 active=2 completed=8 ... bytes_to_client=5242880".
   std::string Format() const;
@@ -62,6 +68,7 @@ struct RelayCounters {
 #define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  LatencyHistogramCounters connect, first_byte;
 
   // For the owning thread only: one writer, so a relaxed load + store is enough and costs no
   // locked instruction on the data path.

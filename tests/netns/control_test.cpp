@@ -191,6 +191,13 @@ TEST_P(ControlTest, EveryCommandShowsWhatTrafficDid) {
   EXPECT_EQ(
       Sample(metrics, "xdpfwd_relayed_bytes_total{path=\"" + fast + "\",direction=\"to_backend\"}"),
       std::to_string(kConnections * kBytes));
+  // Each connection's backend connect time and first byte, once each.
+  EXPECT_EQ(Sample(metrics, "xdpfwd_connect_seconds_count{path=\"" + fast + "\"}"),
+            std::to_string(kConnections));
+  EXPECT_EQ(Sample(metrics, "xdpfwd_first_byte_seconds_count{path=\"" + fast + "\"}"),
+            std::to_string(kConnections));
+  EXPECT_EQ(Sample(metrics, "xdpfwd_connect_seconds_bucket{path=\"" + fast + "\",le=\"+Inf\"}"),
+            std::to_string(kConnections));
   if (path == "xdp") {
     EXPECT_EQ(Sample(metrics, "xdpfwd_steer_packets_total{reason=\"redirect_new_flow\"}"),
               std::to_string(kConnections));

@@ -40,6 +40,15 @@ ServiceReport SampleReport() {
   total.worker_busy_ns = 1'500'000'000;
   total.flows = 9;
   total.rx_packets = 30;
+  // Connect times 0.5 us, 3 us, 3 us and 100 s (past the last bound).
+  for (uint64_t ns : {500u, 3'000u, 3'000u}) {
+    ++total.relay.connect.buckets[LatencyBucket(ns)];
+    ++total.relay.connect.count;
+    total.relay.connect.sum_ns += ns;
+  }
+  ++total.relay.connect.buckets[LatencyBucket(100'000'000'000)];
+  ++total.relay.connect.count;
+  total.relay.connect.sum_ns += 100'000'000'000;
   r.fast = total;
   r.fast_description = "veth-c (10.0.1.1, XDP generic)";
   for (uint32_t w = 0; w < 2; ++w) {
@@ -132,6 +141,29 @@ TEST(MetricsText, NamesLabelsAndUnits) {
   EXPECT_TRUE(HasLine(t,
                       "xdpfwd_rule_info{rule=\"1\",listen=\"[::]:9002\",backend=\"10.0.0.2:9001\","
                       "protocol=\"tcp\",path=\"kernel\"} 1"));
+}
+
+TEST(MetricsText, LatencyHistogramsAreCumulativeInSeconds) {
+  const std::string t = MetricsText(SampleReport());
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_connect_seconds histogram"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_bucket{path=\"fast\",le=\"0.000001\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_bucket{path=\"fast\",le=\"0.000002\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_bucket{path=\"fast\",le=\"0.000004\"} 3"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_bucket{path=\"fast\",le=\"33.554432\"} 3"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_bucket{path=\"fast\",le=\"+Inf\"} 4"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_sum{path=\"fast\"} 100.0000065"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_connect_seconds_count{path=\"fast\"} 4"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_first_byte_seconds_count{path=\"kernel\"} 0"));
+}
+
+TEST(LatencyBucket, PowersOfTwoMicroseconds) {
+  EXPECT_EQ(LatencyBucket(0), 0);
+  EXPECT_EQ(LatencyBucket(999), 0);    // under 1 us
+  EXPECT_EQ(LatencyBucket(1'000), 1);  // under 2 us
+  EXPECT_EQ(LatencyBucket(1'999), 1);
+  EXPECT_EQ(LatencyBucket(2'000), 2);        // under 4 us
+  EXPECT_EQ(LatencyBucket(40'000'000), 16);  // 40 ms: under 65.536 ms
+  EXPECT_EQ(LatencyBucket(~uint64_t{0}), kLatencyBuckets - 1);
 }
 
 TEST(MetricsText, LabelValuesAreEscaped) {
