@@ -345,31 +345,29 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     impl->relay_rules.push_back(rr);
   }
 
-  // The workers' shared memory: slots, then the rings (page-aligned).
+  // The workers' shared memory (forwarder/worker_memory.h): its header, then each region.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  impl->slots_bytes = (sizeof(WorkerSlot) * impl->workers + page - 1) / page * page;
+  WorkerMemoryPlan plan;
+  plan.workers = impl->workers;
+  plan.slot_bytes = sizeof(WorkerSlot);
   const size_t rings = WorkerHandoff::MemoryBytes(impl->workers);
-  impl->handoff_bytes = (rings + page - 1) / page * page;
-  if (config.log_sessions) {
-    impl->session_ring_bytes =
-        (SessionRing::MemoryBytes(Impl::kSessionRecords) + page - 1) / page * page;
-  }
+  plan.handoff_bytes = rings;
+  if (config.log_sessions)
+    plan.session_ring_bytes = SessionRing::MemoryBytes(Impl::kSessionRecords);
   if (config.flight_recorder) {
-    impl->recorder_bytes =
-        (FlightRecorder::MemoryBytes(Impl::kRecorderRecords) + page - 1) / page * page;
+    plan.recorder_bytes = FlightRecorder::MemoryBytes(Impl::kRecorderRecords);
   }
-  impl->table_bytes = (sizeof(WorkerConnectionTable) + page - 1) / page * page;
-  auto shared = SharedMemory::Create(
-      "xdpfwd-workers",
-      impl->slots_bytes + impl->handoff_bytes +
-          (impl->session_ring_bytes + impl->recorder_bytes + impl->table_bytes) * impl->workers);
+  plan.table_bytes = sizeof(WorkerConnectionTable);
+  const WorkerMemoryHeader layout = plan.Layout(page);
+  auto shared = SharedMemory::Create("xdpfwd-workers", layout.total_bytes);
   if (!shared) return shared.error();
   impl->shared = std::move(*shared);
+  std::memcpy(impl->shared.data(), &layout, sizeof layout);
   for (uint32_t w = 0; w < impl->workers; ++w) new (&impl->Slot(w)) WorkerSlot{};
-  // Zeroed memory is the table's empty state (atomics at 0, no rows): nothing to construct.
+  // Zeroed memory is a connection table's empty state (atomics at 0, no rows).
   // Formatted once: a restarted worker goes on in the ring its predecessor left, so that what
   // led to a crash is still there to dump.
-  for (uint32_t w = 0; w < impl->workers && impl->recorder_bytes != 0; ++w) {
+  for (uint32_t w = 0; w < impl->workers && impl->recording(); ++w) {
     FlightRecorder::Format(impl->RecorderMemory(w), Impl::kRecorderRecords);
   }
   if (config.log_sessions) {
@@ -560,10 +558,10 @@ uint64_t FastPath::SessionRecordsDropped() const {
 
 std::vector<WorkerRecording> FastPath::ReadRecorders() const {
   std::vector<WorkerRecording> out;
-  if (impl_->recorder_bytes == 0) return out;
+  if (!impl_->recording()) return out;
   const std::vector<int> pids = worker_pids();
   for (uint32_t w = 0; w < impl_->workers; ++w) {
-    auto snapshot = ReadRecorder(impl_->RecorderMemory(w), impl_->recorder_bytes);
+    auto snapshot = ReadRecorder(impl_->RecorderMemory(w), impl_->RecorderBytes());
     if (!snapshot) {
       Log("fast path: worker " + std::to_string(w) + "'s recorder: " + snapshot.error().message());
       continue;

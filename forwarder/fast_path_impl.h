@@ -22,6 +22,7 @@
 #include "forwarder/fast_path.h"
 #include "forwarder/relay.h"
 #include "forwarder/session_ring.h"
+#include "forwarder/worker_memory.h"
 #include "os/flight_recorder.h"
 #include "os/shared_memory.h"
 #include "stack/lwip_netif.h"
@@ -116,40 +117,36 @@ struct FastPath::Impl {
   uint32_t max_connections_per_worker = 0;
   pid_t control_pid = 0;
 
-  // Worker slots first (page-aligned), then the handoff rings (N > 1 only), then one access
-  // log ring per worker (page-aligned; with a logfile only), then one flight recorder per
-  // worker.
+  // The memory shared with the workers (forwarder/worker_memory.h): a header that says where
+  // each region lies, then the slots, the hand-off rings (N > 1 only), each worker's access log
+  // ring (with a logfile only), flight recorder (unless off) and connection table.
   SharedMemory shared;
-  size_t slots_bytes = 0;
-  size_t handoff_bytes = 0;
-  size_t session_ring_bytes = 0;  // each worker's; 0: no access log
-  WorkerSlot& Slot(uint32_t w) const { return reinterpret_cast<WorkerSlot*>(shared.data())[w]; }
-  uint8_t* Rings() const { return shared.data() + slots_bytes; }
-  size_t RingsBytes() const { return handoff_bytes; }
-  uint8_t* SessionRingMemory(uint32_t w) const {
-    return shared.data() + slots_bytes + handoff_bytes + session_ring_bytes * w;
+  const WorkerMemoryHeader& layout() const {
+    return *reinterpret_cast<const WorkerMemoryHeader*>(shared.data());
   }
+  uint8_t* Part(const WorkerMemoryRegion& r, uint32_t w = 0) const {
+    return shared.data() + r.offset + r.bytes_each * w;
+  }
+  WorkerSlot& Slot(uint32_t w) const {
+    return *reinterpret_cast<WorkerSlot*>(Part(layout().slots, w));
+  }
+  uint8_t* Rings() const { return Part(layout().handoff); }
+  size_t RingsBytes() const { return layout().handoff.bytes_each; }
+  uint8_t* SessionRingMemory(uint32_t w) const { return Part(layout().session_rings, w); }
   // 16,384 records (768 KiB): at 35,000 connections/s, two records each, 230 ms of them, for a
   // writer thread that drains every 10 ms.
   static constexpr uint32_t kSessionRecords = 1u << 14;
   std::vector<SessionRing> session_rings;  // the control process's views
-  // Each worker's flight recorder (os/flight_recorder.h), after the access log's rings; 0: off.
-  // 2^18 records of 32 bytes, 8 MiB a worker: about a second of a worker at full load (an
-  // iteration record each), minutes of connection events when it idles. Pages a worker never
-  // reaches are never touched.
-  size_t recorder_bytes = 0;
+  // Each worker's flight recorder (os/flight_recorder.h). 2^18 records of 32 bytes, 8 MiB a
+  // worker: about a second of a worker at full load (an iteration record each), minutes of
+  // connection events when it idles.
   static constexpr uint32_t kRecorderRecords = 1u << 18;
-  uint8_t* RecorderMemory(uint32_t w) const {
-    return shared.data() + slots_bytes + handoff_bytes + session_ring_bytes * workers +
-           recorder_bytes * w;
-  }
-  // Each worker's connection table (page-aligned), after the recorders: 2 MiB a worker, its
-  // pages touched only by a listing.
-  size_t table_bytes = 0;
+  bool recording() const { return layout().recorders.present(); }
+  uint8_t* RecorderMemory(uint32_t w) const { return Part(layout().recorders, w); }
+  size_t RecorderBytes() const { return layout().recorders.bytes_each; }
+  // Each worker's connection table: 2 MiB a worker, its pages touched only by a listing.
   WorkerConnectionTable& Table(uint32_t w) const {
-    return *reinterpret_cast<WorkerConnectionTable*>(
-        shared.data() + slots_bytes + handoff_bytes +
-        (session_ring_bytes + recorder_bytes) * workers + table_bytes * w);
+    return *reinterpret_cast<WorkerConnectionTable*>(Part(layout().tables, w));
   }
   std::mutex tables_mu;  // one `show sess` or shutdown at a time
 

@@ -159,11 +159,11 @@ Result<void> WorkerProcess::Setup() {
     netifs_.push_back(std::move(*netif));
     worker_.Add(netifs_.back().get());
   }
-  if (impl_.recorder_bytes != 0) {
+  if (impl_.recording()) {
     uint8_t* ring = impl_.RecorderMemory(index_);
     // The control process populated these pages, but a forked process maps shared memory
     // afresh: touched here, not on the first records of the loop (a minor fault each).
-    for (size_t at = 0; at < impl_.recorder_bytes; at += 4096) {
+    for (size_t at = 0; at < impl_.RecorderBytes(); at += 4096) {
       std::atomic_ref<uint8_t>(ring[at]).fetch_add(0, std::memory_order_relaxed);
     }
     recorder_ = FlightRecorder::Attach(ring);
@@ -173,7 +173,7 @@ Result<void> WorkerProcess::Setup() {
   rc.rules = impl_.relay_rules;
   if (recorder_.attached()) rc.recorder = &recorder_;
   rc.global_access = impl_.config.global_access;
-  if (impl_.session_ring_bytes != 0) {
+  if (impl_.layout().session_rings.present()) {
     sessions_.emplace(SessionRing::Attach(impl_.SessionRingMemory(index_)));
     rc.sessions = &*sessions_;
   }

@@ -18,9 +18,7 @@ inline int LatencyBucket(uint64_t ns) {
 }
 
 // The upper bound of bucket i in seconds (the last: +Inf, which the renderer writes).
-inline double LatencyBucketSeconds(int i) {
-  return static_cast<double>(uint64_t{1} << i) / 1e6;
-}
+inline double LatencyBucketSeconds(int i) { return static_cast<double>(uint64_t{1} << i) / 1e6; }
 
 // A plain copy: what a snapshot and a sum hold.
 struct LatencyHistogram {
@@ -50,7 +48,8 @@ struct LatencyHistogramCounters {
   }
   LatencyHistogram Snapshot() const {
     LatencyHistogram h;
-    for (int i = 0; i < kLatencyBuckets; ++i) h.buckets[i] = buckets[i].load(std::memory_order_relaxed);
+    for (int i = 0; i < kLatencyBuckets; ++i)
+      h.buckets[i] = buckets[i].load(std::memory_order_relaxed);
     h.count = count.load(std::memory_order_relaxed);
     h.sum_ns = sum_ns.load(std::memory_order_relaxed);
     return h;

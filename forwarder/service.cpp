@@ -1,6 +1,7 @@
 // The process's owner (see service.h): start, reload, drain, stop of every path.
 #include "forwarder/service.h"
 
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -8,11 +9,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
 #include "forwarder/perfetto_trace.h"
 #include "forwarder/service_notify.h"
+#include "os/cpu_list.h"
 #include "os/isolation.h"
 #include "os/log.h"
 #include "xdp/steer.h"
@@ -174,6 +177,7 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
       s->fast_ = std::move(*f);
       s->fast_rules_ = fast_rules;
       s->fast_access_ = c.access;
+      s->KeepOffWorkerCpus();
     } else if (o.path == PathChoice::kXdp) {
       return Error{{}, "fast path cannot start: " + f.error().message()};
     } else {
@@ -196,6 +200,40 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
         "not pinned)");
   }
   return s;
+}
+
+// A busy-polling worker's CPU is its own: the control process's threads (the access log's
+// writer, the kernel path's loops started after this, the control loop) move to the other CPUs
+// the process may use. Every thread now in the process is moved; threads started later
+// inherit the calling thread's set.
+void Service::KeepOffWorkerCpus() {
+  std::vector<int> workers;
+  for (int cpu : fast_->worker_cpus()) {
+    if (cpu >= 0) workers.push_back(cpu);
+  }
+  if (workers.empty()) return;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  for (int cpu : workers) CPU_CLR(cpu, &allowed);
+  std::vector<int> rest;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) rest.push_back(cpu);
+  }
+  if (rest.empty()) {
+    control_cpus_note_ = "the control process shares CPU(s) " + FormatCpuList(workers) +
+                         " with the fast-path workers: it may use no other (taskset, cgroup)";
+    Log(control_cpus_note_);
+    return;
+  }
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const pid_t tid = static_cast<pid_t>(std::atoi(task.path().filename().c_str()));
+    if (tid > 0) sched_setaffinity(tid, sizeof allowed, &allowed);
+  }
+  control_cpus_note_ = "control process on CPU(s) " + FormatCpuList(rest) +
+                       ", off the fast-path workers' " + FormatCpuList(workers);
+  LogDetail(control_cpus_note_);
 }
 
 Result<void> Service::StartKernelPath(const std::vector<Rule>& stream_rules) {
@@ -244,6 +282,7 @@ std::string Service::ReadyLine() const {
         "; datagram relay for " + std::to_string(DatagramRules(running_.rules).size()) + " rule(s)";
   }
   if (log_) ready += "; access log " + running_.logfile;
+  if (!control_cpus_note_.empty()) ready += "; " + control_cpus_note_;
   return ready;
 }
 

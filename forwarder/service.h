@@ -74,6 +74,7 @@ class Service {
   explicit Service(const Options& options);
   Result<void> StartKernelPath(const std::vector<Rule>& stream_rules);
   Result<void> StartDatagramPath(const std::vector<Rule>& rules);
+  void KeepOffWorkerCpus();
 
   const Options options_;
   Config running_;
@@ -88,6 +89,7 @@ class Service {
   bool stopped_ = false;
   bool draining_ = false;
   std::vector<std::string> isolation_warnings_;  // LogIsolation's, for Report()
+  std::string control_cpus_note_;                // where KeepOffWorkerCpus put the rest
   const int64_t start_time_unix_ms_;
   const std::chrono::steady_clock::time_point started_;
 };
