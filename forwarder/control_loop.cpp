@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,8 @@
 #include "forwarder/diagnosis.h"
 #include "forwarder/exposition.h"
 #include "forwarder/service_notify.h"
+#include "forwarder/trace_trigger.h"
+#include "os/clock.h"
 #include "os/log.h"
 
 namespace xdpfwd {
@@ -41,6 +44,9 @@ constexpr auto kDrainPoll = std::chrono::milliseconds(100);
 // How often the workers' counters are compared for host warnings (forwarder/diagnosis.h): each
 // look asks the workers for their numbers once.
 constexpr auto kDiagnosisInterval = std::chrono::seconds(2);
+// While a trace trigger is armed: how often the recorders are read for it. A worker at full
+// load fills its ring in about a second: a quarter of that keeps the moments before the event.
+constexpr auto kTriggerInterval = std::chrono::milliseconds(250);
 
 constexpr const char* kHelp =
     "commands (one per line):\n"
@@ -55,6 +61,9 @@ constexpr const char* kHelp =
     "  show metrics   what GET /metrics returns (Prometheus text format)\n"
     "  trace dump FILE  the fast-path workers' flight recorders as a Perfetto trace\n"
     "                 (FILE: an absolute path; open it at ui.perfetto.dev)\n"
+    "  trace trigger gap DURATION FILE      dump by itself when a worker does not run\n"
+    "  trace trigger connect DURATION FILE  ... when a backend takes that long to connect\n"
+    "  trace trigger [off]  the armed trigger, or none\n"
     "  reload         read the configuration file again and serve it (as SIGHUP)\n"
     "  help           this list\n"
     "  quit           close this connection\n";
@@ -88,6 +97,7 @@ class ControlLoop {
   // The service's report with what the loop itself knows: reloads, the host's warnings.
   ServiceReport FullReport();
   void Diagnose();
+  void CheckTrigger();
   void AnswerHttp(Client& c);
   void BeginDrain(const std::string& why);
   bool CheckDrain();  // true: drained, or the limit passed
@@ -100,6 +110,8 @@ class ControlLoop {
   std::map<int, std::unique_ptr<Client>> clients_;
   uint64_t reloads_ = 0, reloads_refused_ = 0;
   HostDiagnosis diagnosis_;
+  std::optional<TraceTrigger> trigger_;
+  Clock::time_point next_trigger_check_ = Clock::time_point::max();
   Clock::time_point next_diagnosis_;
   Clock::time_point next_stats_ = Clock::time_point::max();
   bool draining_ = false;
@@ -158,6 +170,7 @@ int ControlLoop::Run() {
     const auto now = Clock::now();
     if (!done_ && draining_ && now >= next_drain_poll_) done_ = CheckDrain();
     if (!done_ && now >= next_diagnosis_) Diagnose();
+    if (!done_ && now >= next_trigger_check_) CheckTrigger();
     if (now >= next_stats_) {
       service_.PrintStats();
       next_stats_ = now + std::chrono::seconds(options_.stats_interval_s);
@@ -175,7 +188,7 @@ int ControlLoop::Run() {
 }
 
 int ControlLoop::WaitMs() const {
-  auto until = std::min(next_stats_, next_diagnosis_);
+  auto until = std::min({next_stats_, next_diagnosis_, next_trigger_check_});
   if (draining_) until = std::min(until, next_drain_poll_);
   for (const auto& [fd, c] : clients_) until = std::min(until, c->deadline);
   if (until == Clock::time_point::max()) return -1;
@@ -318,6 +331,27 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     auto done = service_.ShutdownSession(id);
     return done ? "session " + id_text + " reset\n" : "error: " + done.error().message() + "\n";
   }
+  if (command == "trace trigger") {
+    return trigger_ ? "armed: " + trigger_->Describe() + "\n" : "no trigger armed\n";
+  }
+  if (command == "trace trigger off") {
+    const bool was = trigger_.has_value();
+    trigger_.reset();
+    next_trigger_check_ = Clock::time_point::max();
+    return was ? "trigger off\n" : "no trigger armed\n";
+  }
+  if (command.rfind("trace trigger ", 0) == 0) {
+    auto armed = ParseTraceTrigger(command.substr(14), MonotonicNs());
+    if (!armed) return "error: " + armed.error().message() + "\n";
+    if (service_.Recordings().empty()) {
+      return "error: trace trigger: no flight recorder runs (no fast path, or --tune "
+             "recorder=off)\n";
+    }
+    trigger_ = std::move(*armed);
+    next_trigger_check_ = Clock::now() + kTriggerInterval;
+    Log("trace trigger armed: " + trigger_->Describe());
+    return "armed: " + trigger_->Describe() + "\n";
+  }
   if (command.rfind("trace dump ", 0) == 0) {
     auto dumped = service_.DumpTrace(command.substr(11));
     return dumped ? "wrote " + *dumped + "\n" : "error: " + dumped.error().message() + "\n";
@@ -349,6 +383,22 @@ void ControlLoop::Diagnose() {
     return;
   }
   for (const HostWarning& w : diagnosis_.Check(r, now)) Log("warning: " + w.text);
+}
+
+void ControlLoop::CheckTrigger() {
+  next_trigger_check_ = Clock::now() + kTriggerInterval;
+  if (!trigger_) {
+    next_trigger_check_ = Clock::time_point::max();
+    return;
+  }
+  const std::vector<WorkerRecording> rings = service_.Recordings();
+  const std::optional<std::string> fired = FindTraceTrigger(*trigger_, rings);
+  if (!fired) return;
+  auto dumped = service_.DumpTrace(trigger_->file);
+  Log("trace trigger: " + *fired + ": " +
+      (dumped ? "wrote " + *dumped : "no trace: " + dumped.error().message()));
+  trigger_.reset();  // one trace per arming: the moment, not what follows
+  next_trigger_check_ = Clock::time_point::max();
 }
 
 void ControlLoop::Accept(int listener, ClientKind kind) {

@@ -71,9 +71,11 @@ class WorkerProcess {
   uint32_t listed_ = 0;   // rows copied so far
 };
 
-// Rows a listing copies per iteration: about 30 us of a worker's time (a pcb's fields each),
-// so a table of 16,384 takes 64 iterations and never one long pause.
-constexpr size_t kListingSlice = 256;
+// Rows a listing copies per iteration: a few microseconds of a worker's time (a pcb's fields
+// each), so a table of 16,384 takes 256 iterations and never one long pause. (256 a slice
+// measured +48 us on rr p99 with a 10 Hz listing of 10,000 connections: bench/run's watched
+// row, docs/observability.md.)
+constexpr size_t kListingSlice = 64;
 
 void WorkerProcess::ServeTable(uint64_t now_ns) {
   WorkerConnectionTable& t = impl_.Table(index_);

@@ -561,8 +561,7 @@ Result<std::string> Service::DumpTrace(const std::string& path) const {
                  "trace dump: give an absolute path for the trace file (it is written by "
                  "the xdpfwd process, whose working directory is not yours)"};
   }
-  const std::vector<WorkerRecording> rings =
-      fast_ ? fast_->ReadRecorders() : std::vector<WorkerRecording>{};
+  const std::vector<WorkerRecording> rings = Recordings();
   if (rings.empty()) {
     return Error{{},
                  fast_ ? "trace dump: the flight recorder is off (--tune recorder=off)"
@@ -613,6 +612,10 @@ Result<void> Service::ShutdownSession(uint64_t id) const {
   }
   if (!fast_) return Error{{}, "session " + std::to_string(id) + ": no fast path runs"};
   return fast_->Shutdown(id);
+}
+
+std::vector<WorkerRecording> Service::Recordings() const {
+  return fast_ ? fast_->ReadRecorders() : std::vector<WorkerRecording>{};
 }
 
 }  // namespace xdpfwd

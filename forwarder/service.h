@@ -50,6 +50,8 @@ class Service {
   // The fast path's flight recorders (a dead worker's too) as a Perfetto trace written to
   // `path` (absolute); the answer says what it holds. An error when no recorder runs.
   Result<std::string> DumpTrace(const std::string& path) const;
+  // The fast path's flight recorders as they are now (empty: none runs, or it is off).
+  std::vector<WorkerRecording> Recordings() const;
   // `show sess`: every open connection of both TCP paths, with `notes` on what is missing.
   // Ids are unique in the process: a kernel-path connection's has bit kKernelSessionBit set.
   std::vector<ConnectionRow> Connections(std::vector<std::string>& notes) const;

@@ -451,6 +451,30 @@ TEST_F(TraceTest, ConnectionLifeInOrderAndSurvivesAWorkerKill) {
   EXPECT_EQ(handshakes, 2u * kConnections);
 }
 
+// Armed, a trigger dumps by itself when a worker does not run for longer than its bound (a
+// SIGSTOP here), once; the trace holds the gap.
+TEST_F(TraceTest, GapTriggerDumpsByItself) {
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  EXPECT_EQ(fwd.Control("trace trigger"), "no trigger armed\n\n");
+  EXPECT_EQ(fwd.Control("trace trigger gap 30ms " + trace_),
+            "armed: a worker gap of 30.0 ms or more -> " + trace_ + "\n\n");
+  EXPECT_EQ(fwd.Control("trace trigger gap 1ms relative")
+                .rfind("error: trace trigger: give an "
+                       "absolute path",
+                       0),
+            0u);
+  const pid_t worker = static_cast<pid_t>(ForwarderProcess::Get(fwd.Stats(), "worker.0.pid"));
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(kill(worker, SIGCONT), 0);
+  ASSERT_TRUE(fwd.WaitForOutput("trace trigger: worker 0 did not run for ", 5s)) << fwd.output();
+  ASSERT_TRUE(fwd.WaitForOutput("wrote " + trace_, 1s)) << fwd.output();
+  EXPECT_EQ(fwd.Control("trace trigger"), "no trigger armed\n\n");  // once per arming
+  const std::string text = DecodeTrace(trace_);
+  EXPECT_NE(text.find("name: \"gap\""), std::string::npos);
+}
+
 // Off: nothing recorded, and the dump says why.
 TEST_F(TraceTest, RecorderOffSaysSo) {
   ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
