@@ -344,8 +344,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     auto armed = ParseTraceTrigger(command.substr(14), MonotonicNs());
     if (!armed) return "error: " + armed.error().message() + "\n";
     if (service_.Recordings().empty()) {
-      return "error: trace trigger: no flight recorder runs (no fast path, or --tune "
-             "recorder=off)\n";
+      return "error: trace trigger: the flight recorder is off (--tune recorder=off)\n";
     }
     trigger_ = std::move(*armed);
     next_trigger_check_ = Clock::now() + kTriggerInterval;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <system_error>
@@ -20,6 +21,10 @@
 
 namespace xdpfwd {
 namespace {
+
+// 2^16 records of 32 bytes, 2 MiB a thread: a kernel-path thread records connection events only
+// (about eight a connection), so that is the last 8,000 connections.
+constexpr uint32_t kRecorderRecords = 1u << 16;
 
 int CpusWeMayUse() {
   cpu_set_t set;
@@ -172,6 +177,17 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
         path->config_, *path->board_, path->open_connections_, *path->counters_.back(),
         kernel_path::BackendConnector(path->config_, *ports, i, threads), i);
     if (!loop) return loop.error();
+    if (config.flight_recorder) {
+      auto ring = std::make_unique<RecorderRing>();
+      ring->bytes = FlightRecorder::MemoryBytes(kRecorderRecords);
+      ring->memory = std::aligned_alloc(64, ring->bytes);
+      if (ring->memory == nullptr) return Error{{}, "kernel path: no memory for its recorder"};
+      std::memset(ring->memory, 0, ring->bytes);  // Format wants zeroed memory
+      FlightRecorder::Format(ring->memory, kRecorderRecords);
+      ring->writer = FlightRecorder::Attach(ring->memory);
+      (*loop)->SetRecorder(&ring->writer);
+      path->recorders_.push_back(std::move(ring));
+    }
     path->loops_.push_back(std::move(*loop));
   }
   for (auto& loop : path->loops_) {
@@ -317,6 +333,21 @@ Result<void> KernelPath::Shutdown(uint64_t id) {
   }
   if (!answer.ended) return Error{{}, what + ": no such session (ended, or never was)"};
   return {};
+}
+
+KernelPath::RecorderRing::~RecorderRing() { std::free(memory); }
+
+std::vector<WorkerRecording> KernelPath::ReadRecorders() const {
+  std::vector<WorkerRecording> out;
+  for (size_t i = 0; i < recorders_.size(); ++i) {
+    auto snapshot = ReadRecorder(recorders_[i]->memory, recorders_[i]->bytes);
+    if (!snapshot) continue;  // our own layout: cannot fail
+    WorkerRecording r;
+    r.name = "kernel thread " + std::to_string(i);
+    r.snapshot = std::move(*snapshot);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 int KernelPath::threads() const { return static_cast<int>(counters_.size()); }

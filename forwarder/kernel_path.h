@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "forwarder/connection_table.h"
+#include "forwarder/recorder_trace.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
 #include "forwarder/session_log.h"
@@ -36,6 +37,9 @@ struct KernelPathConfig {
   RelayLimits limits;                        // max_connections is for the whole path, all threads
   int threads = 0;                           // 0: one per CPU this process may run on
   size_t copy_buffer_bytes = 64 * 1024;
+  // Each thread keeps its newest connection events in a flight recorder (os/flight_recorder.h)
+  // that `xdpfwd ctl trace dump` writes beside the fast path's; false: none.
+  bool flight_recorder = true;
   bool use_splice = true;  // false: buffered copy for every connection
   // The loop threads never sleep: epoll_wait with a zero timeout, in a loop. Each thread keeps
   // a CPU busy, and a message no longer waits for the loop's halted CPU to wake (see
@@ -104,6 +108,8 @@ class KernelPath {
   // Stops accepting, closes every connection and listener, joins the threads. Idempotent.
   void Stop();
   KernelPathTotals Totals() const;  // summed over threads; callable from any thread
+  // Each thread's flight recorder as it is now ("kernel thread N"); empty when off.
+  std::vector<WorkerRecording> ReadRecorders() const;
   // Every open connection of every thread (`show sess`), from any thread. Each loop copies its
   // own table between two epoll batches when asked (its data path is neither stopped nor
   // locked); a loop that has not answered within 1 s is left out, its number put in
@@ -134,6 +140,15 @@ class KernelPath {
   std::atomic<uint32_t> open_connections_{0};      // all threads', against max_connections
   // One per thread; they outlive the loops so Totals() still answers after Stop().
   std::vector<std::unique_ptr<kernel_path::PathCounters>> counters_;
+  // One recorder ring per thread (heap memory: the threads share the process), kept after
+  // Stop() like the counters.
+  struct RecorderRing {
+    void* memory = nullptr;
+    size_t bytes = 0;
+    FlightRecorder writer;
+    ~RecorderRing();
+  };
+  std::vector<std::unique_ptr<RecorderRing>> recorders_;
   std::vector<std::unique_ptr<kernel_path::Loop>> loops_;
   std::vector<std::thread> threads_;
   // Serialises Stop, Reload, StopAccepting and the questions to the loops (a question must

@@ -51,9 +51,20 @@ struct Loop::Connection {
   sockaddr_storage peer{};
   uint64_t bytes_in = 0, bytes_out = 0;
   std::optional<SessionResult> closed_first;
+  bool client_fin = false, backend_fin = false;  // recorded once each
 };
 
 namespace {
+
+uint16_t PeerPort(const sockaddr_storage& peer) {
+  if (peer.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
+  }
+  if (peer.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+  }
+  return 0;
+}
 
 // The access log's word for how a connection ended: which side ended its stream first, or
 // the reason it was cut short.
@@ -415,6 +426,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   c.peer = peer;
   Add(counters_.relay.active);
   RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
+  Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
 
   BackendSocket backend = connector_.Connect(rule, now_);
   if (backend.lease.port != 0) Add(counters_.own_port_connects);
@@ -427,6 +439,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   }
   c.backend.fd = std::move(backend.fd);
   c.lease = backend.lease;
+  Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
@@ -477,6 +490,7 @@ void Loop::OnConnected(Connection& c) {
   c.since = now_;
   counters_.relay.connect.Observe(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
+  Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), connecting_, c.self);
   Relay(c);  // bytes the client sent meanwhile
 }
@@ -499,6 +513,14 @@ void Loop::Relay(Connection& c) {
   const bool backend_open = !c.to_backend.finished();
   const PumpResult up = c.to_backend.Pump(c.client, c.backend, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_backend, up.bytes);
+  if (c.bytes_in == 0 && up.bytes > 0) {
+    Trace(c, RecorderEvent::kFirstByteToBackend, RecorderLeg::kClient,
+          static_cast<uint32_t>(up.bytes));
+  }
+  if (!c.client_fin && c.to_backend.source_ended()) {
+    c.client_fin = true;
+    Trace(c, RecorderEvent::kClientFin, RecorderLeg::kClient);
+  }
   c.bytes_in += up.bytes;
   if (!c.closed_first && c.to_backend.source_ended()) {
     c.closed_first = SessionResult::kRemoteClosedFirst;
@@ -514,6 +536,12 @@ void Loop::Relay(Connection& c) {
   if (c.bytes_out == 0 && down.bytes > 0) {
     counters_.relay.first_byte.Observe(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
+    Trace(c, RecorderEvent::kFirstByteToClient, RecorderLeg::kBackend,
+          static_cast<uint32_t>(down.bytes));
+  }
+  if (!c.backend_fin && c.to_client.source_ended()) {
+    c.backend_fin = true;
+    Trace(c, RecorderEvent::kBackendFin, RecorderLeg::kBackend);
   }
   c.bytes_out += down.bytes;
   if (!c.closed_first && c.to_client.source_ended()) {
@@ -537,9 +565,22 @@ void Loop::Touch(Connection& c) {
   relaying_.splice(relaying_.end(), relaying_, c.self);  // keeps relaying_ ordered by activity
 }
 
+void Loop::Trace(const Connection& c, RecorderEvent kind, RecorderLeg leg, uint32_t arg0,
+                 uint32_t arg1) {
+  if (recorder_ == nullptr) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now_.time_since_epoch());
+  // The id's per-thread number: the recorder's connection name (the thread is the ring's).
+  recorder_->Record(static_cast<uint64_t>(ns.count()), kind, static_cast<uint32_t>(c.id), leg, arg0,
+                    arg1);
+}
+
 void Loop::Finish(Connection& c, End why) {
   if (c.ended) return;
   c.ended = true;
+  if (why == End::kClientReset) Trace(c, RecorderEvent::kClientRst, RecorderLeg::kClient);
+  if (why == End::kBackendReset) Trace(c, RecorderEvent::kBackendRst, RecorderLeg::kBackend);
+  Trace(c, RecorderEvent::kConnectionEnd, RecorderLeg::kClient,
+        static_cast<uint32_t>(SessionEnd(why, c.closed_first)));
   RelayCounters& r = counters_.relay;
   switch (why) {
     case End::kCompleted:

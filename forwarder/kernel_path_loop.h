@@ -15,6 +15,7 @@
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
 #include "forwarder/kernel_path_sessions.h"
+#include "os/flight_recorder.h"
 #include "os/log.h"
 #include "os/result.h"
 #include "os/unique_fd.h"
@@ -88,6 +89,8 @@ class Loop {
   void Run();
   // Any thread, while the loop exists.
   void RequestStop();
+  // Before Run: each connection's life goes into `recorder` (not owned; nullptr: none).
+  void SetRecorder(FlightRecorder* recorder) { recorder_ = recorder; }
   // Any thread: ask here (SessionDesk::Ask), then Wake(); answered at the end of the loop's
   // next iteration.
   SessionDesk& desk() { return desk_; }
@@ -125,6 +128,9 @@ class Loop {
   void ReportConnectTimeout(const Connection& c);
   int NextTimeoutMs() const;
   void Touch(Connection& c);
+  // One event of `c` into the recorder, stamped with the batch's clock.
+  void Trace(const Connection& c, RecorderEvent kind, RecorderLeg leg, uint32_t arg0 = 0,
+             uint32_t arg1 = 0);
   void ResetEverything();
   void AnswerDesk();
   void CopyTable(std::vector<SessionRecord>& table) const;
@@ -154,6 +160,7 @@ class Loop {
   Clock::time_point now_;
   const int thread_;
   uint64_t next_id_ = 0;  // the last connection's number on this thread
+  FlightRecorder* recorder_ = nullptr;
   // Set by any wake-up (a plan, a stop, a question); the desk is looked at only then, so an
   // iteration nobody asked anything of pays one test of this flag.
   bool desk_waiting_ = false;

@@ -563,9 +563,7 @@ Result<std::string> Service::DumpTrace(const std::string& path) const {
   }
   const std::vector<WorkerRecording> rings = Recordings();
   if (rings.empty()) {
-    return Error{{},
-                 fast_ ? "trace dump: the flight recorder is off (--tune recorder=off)"
-                       : "trace dump: no fast path runs, and only its workers record"};
+    return Error{{}, "trace dump: the flight recorder is off (--tune recorder=off)"};
   }
   // Both clocks read together: the trace's events (MONOTONIC) line up with other traces of
   // this boot (BOOTTIME).
@@ -615,7 +613,12 @@ Result<void> Service::ShutdownSession(uint64_t id) const {
 }
 
 std::vector<WorkerRecording> Service::Recordings() const {
-  return fast_ ? fast_->ReadRecorders() : std::vector<WorkerRecording>{};
+  std::vector<WorkerRecording> rings;
+  if (fast_) rings = fast_->ReadRecorders();
+  if (kernel_) {
+    for (WorkerRecording& r : kernel_->ReadRecorders()) rings.push_back(std::move(r));
+  }
+  return rings;
 }
 
 }  // namespace xdpfwd

@@ -45,8 +45,9 @@ Result<TraceTrigger> ParseTraceTrigger(std::string_view words, uint64_t now_ns) 
   if (t.bound_ns == 0) return Error{{}, "trace trigger: give a duration above 0"};
   t.file = w[2];
   if (t.file[0] != '/') {
-    return Error{{}, "trace trigger: give an absolute path for the trace file (it is written "
-                     "by the xdpfwd process, whose working directory is not yours)"};
+    return Error{{},
+                 "trace trigger: give an absolute path for the trace file (it is written "
+                 "by the xdpfwd process, whose working directory is not yours)"};
   }
   t.armed_ns = now_ns;
   return t;
@@ -71,9 +72,8 @@ std::optional<std::string> FindTraceTrigger(const TraceTrigger& t,
       } else if (kind == RecorderEvent::kBackendEstablished && r.monotonic_ns > t.armed_ns) {
         const auto it = accepted.find(r.connection);
         if (it != accepted.end() && r.monotonic_ns - it->second >= t.bound_ns) {
-          return ring.name + ": connection " + std::to_string(r.connection) +
-                 "'s backend took " + Milliseconds(r.monotonic_ns - it->second) +
-                 " to establish";
+          return ring.name + ": connection " + std::to_string(r.connection) + "'s backend took " +
+                 Milliseconds(r.monotonic_ns - it->second) + " to establish";
         }
       }
     }

@@ -20,8 +20,8 @@ struct TraceTrigger {
   enum class Kind { kGap, kConnect };
   Kind kind = Kind::kGap;
   uint64_t bound_ns = 0;
-  std::string file;       // absolute path
-  uint64_t armed_ns = 0;  // CLOCK_MONOTONIC: only events after it fire
+  std::string file;              // absolute path
+  uint64_t armed_ns = 0;         // CLOCK_MONOTONIC: only events after it fire
   std::string Describe() const;  // "a gap of 5 ms or more -> /tmp/x.pftrace"
 };
 

@@ -95,8 +95,9 @@ constexpr TuningKey kKeys[] = {
      [](const Tuning& t) -> uint64_t { return t.bbr ? 1 : 0; },
      [](Tuning& t, uint64_t i) { t.bbr = i == 1; }},
     {"recorder", "on|off", 0, 0,
-     "fast path: every worker keeps its newest events (connection life, iterations, gaps) in a "
-     "ring in shared memory for `xdpfwd ctl trace dump` (on), or records nothing (off)",
+     "both paths: every fast-path worker and kernel-path thread keeps its newest events "
+     "(connection life; a worker's iterations and gaps too) in a ring for `xdpfwd ctl trace "
+     "dump` (on), or records nothing (off)",
      "1.3 ns an event on this machine's core; the whole forwarder with it on and off: "
      "docs/flight_recorder.md",
      [](const Tuning& t) -> uint64_t { return t.flight_recorder ? 0 : 1; },
@@ -165,6 +166,7 @@ void Tuning::ApplyTo(FastPathConfig& config) const {
 
 void Tuning::ApplyTo(KernelPathConfig& config) const {
   config.use_splice = !kernel_copy;
+  config.flight_recorder = flight_recorder;
   config.copy_buffer_bytes = kernel_buffer;
 }
 

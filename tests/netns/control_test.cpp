@@ -451,6 +451,20 @@ TEST_F(TraceTest, ConnectionLifeInOrderAndSurvivesAWorkerKill) {
   EXPECT_EQ(handshakes, 2u * kConnections);
 }
 
+// The kernel path's threads record their connections' lives too, on tracks of their own.
+TEST_F(TraceTest, KernelPathRecordsToo) {
+  ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  Traffic();
+  fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "completed") == kConnections; });
+  ASSERT_EQ(fwd.Control("trace dump " + trace_).rfind("wrote " + trace_ + ": ", 0), 0u);
+  const std::string text = DecodeTrace(trace_);
+  EXPECT_NE(text.find("name: \"kernel thread 0\""), std::string::npos);
+  ExpectInOrder(text, {"client handshake done", "backend SYN sent", "backend established",
+                       "first byte client->backend", "first byte backend->client",
+                       "FIN from client", "FIN from backend", "connection end"});
+  EXPECT_NE(text.find("terminating_flow_ids:"), std::string::npos);
+}
+
 // Armed, a trigger dumps by itself when a worker does not run for longer than its bound (a
 // SIGSTOP here), once; the trace holds the gap.
 TEST_F(TraceTest, GapTriggerDumpsByItself) {

@@ -34,7 +34,7 @@ TEST(TraceTrigger, ParsesWhatItTakesAndRefusesTheRest) {
   auto connect = ParseTraceTrigger("connect 2s /tmp/y", 0);
   ASSERT_TRUE(connect);
   EXPECT_EQ(connect->bound_ns, 2'000'000'000u);
-  EXPECT_FALSE(ParseTraceTrigger("gap 500us /tmp/x", 0));  // under what the workers record
+  EXPECT_FALSE(ParseTraceTrigger("gap 500us /tmp/x", 0));   // under what the workers record
   EXPECT_FALSE(ParseTraceTrigger("gap 5ms x.pftrace", 0));  // relative
   EXPECT_FALSE(ParseTraceTrigger("slow 5ms /tmp/x", 0));
   EXPECT_FALSE(ParseTraceTrigger("gap /tmp/x", 0));
@@ -63,8 +63,9 @@ TEST(TraceTrigger, ConnectFiresOnTheSlowBackendOnly) {
   const auto fired = FindTraceTrigger(*t, rings);
   ASSERT_TRUE(fired);
   EXPECT_EQ(*fired, "worker 0: connection 2's backend took 150.0 ms to establish");
-  EXPECT_FALSE(FindTraceTrigger(*t, Rings({Event(1 * ms, RecorderEvent::kClientEstablished, 1),
-                                           Event(99 * ms, RecorderEvent::kBackendEstablished, 1)})));
+  EXPECT_FALSE(
+      FindTraceTrigger(*t, Rings({Event(1 * ms, RecorderEvent::kClientEstablished, 1),
+                                  Event(99 * ms, RecorderEvent::kBackendEstablished, 1)})));
 }
 
 }  // namespace
