@@ -595,6 +595,10 @@ std::string WorkersText(const ServiceReport& r) {
            std::to_string(c.xsk_rx_ring_full) + ", fill ring empty " +
            std::to_string(c.xsk_fill_ring_empty) + ", fill depth " + std::to_string(c.fill_depth) +
            " (grown " + std::to_string(c.fill_depth_grows) + " times)\n";
+    out += "  rings now: fill " + std::to_string(c.fill_ring_frames) +
+           " frames given to the kernel, RX " + std::to_string(c.rx_ring_waiting) +
+           " waiting for the worker, TX " + std::to_string(c.tx_ring_frames) +
+           " not yet completed\n";
     out += "  handoffs: out " + std::to_string(c.handoffs_out) + ", in " +
            std::to_string(c.handoffs_in) + ", dropped " + std::to_string(c.handoffs_dropped) + "\n";
     for (const QueueRx& q : c.rx_by_queue) {

@@ -121,6 +121,9 @@ struct QueueRx {
   X(xsk_rx_ring_full, counter, "xsk_rx_ring_full")                                                 \
   X(xsk_fill_ring_empty, counter, "xsk_fill_ring_empty")                                           \
   X(fill_depth, gauge, "fill_depth") /* frames the fill rings keep posted now (a gauge) */         \
+  X(fill_ring_frames, gauge, "fill_ring_frames")   /* frames given to the kernel for RX now */     \
+  X(tx_ring_frames, gauge, "tx_ring_frames")       /* frames sent, completion not reaped yet */    \
+  X(rx_ring_waiting, gauge, "rx_ring_waiting")     /* received, not yet taken by the worker */     \
   X(fill_depth_grows, counter, "fill_depth_grows") /* the depth doubled: a ring ran low */         \
   X(lwip_retransmits, counter, "retransmits")                                                      \
   X(lwip_drops, counter, "lwip_drops")                                                             \

@@ -232,6 +232,8 @@ void WorkerProcess::Publish() {
   for (Port& p : ports_) {
     const FrameAccount f = p.port->frames();
     s.frames_held += f.held;
+    s.fill_ring_frames += f.in_fill;
+    s.tx_ring_frames += f.in_tx;
     const XskStats x = p.port->stats();
     s.rx_packets += x.rx_packets;
     s.rx_frames += x.rx_descriptors;
@@ -245,6 +247,7 @@ void WorkerProcess::Publish() {
     s.xsk_fill_ring_empty += x.kernel_fill_ring_empty;
     s.fill_depth += x.fill_depth;
     s.fill_depth_grows += x.fill_depth_grows;
+    s.rx_ring_waiting += x.rx_ring_waiting;
     if (queues < kMaxWorkerQueues) {
       slot_.queues[queues++] = WorkerSlot::QueueCount{
           static_cast<uint16_t>(p.iface), static_cast<uint16_t>(p.port->queue()), 0, x.rx_packets};

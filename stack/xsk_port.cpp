@@ -336,6 +336,8 @@ XskStats XskPort::stats() const {
   XskStats s = stats_;
   s.fill_depth = fill_depth_.target();
   s.fill_depth_grows = fill_depth_.grows();
+  // A consumer's view of its producer index: the same read the next Receive makes.
+  s.rx_ring_waiting = xsk_cons_nb_avail(&socket_->rx, config_.ring_size);
   xdp_statistics ks{};
   socklen_t len = sizeof(ks);
   if (getsockopt(fd(), SOL_XDP, XDP_STATISTICS, &ks, &len) == 0) {

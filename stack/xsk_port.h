@@ -78,6 +78,8 @@ struct XskStats {
   // From the kernel (XDP_STATISTICS): frames it dropped for this socket.
   uint64_t kernel_rx_dropped = 0, kernel_rx_ring_full = 0, kernel_fill_ring_empty = 0;
   uint64_t kernel_tx_invalid = 0;
+  // The rings now: received frames the RX ring holds that the worker has not taken yet.
+  uint32_t rx_ring_waiting = 0;
 };
 
 // Where every UMEM frame is: the four add up to `total` at all times.

@@ -167,6 +167,7 @@ TEST_P(ControlTest, EveryCommandShowsWhatTrafficDid) {
     EXPECT_EQ(workers.find("worker 0: pid " + std::to_string(fwd.pid()) + ","), std::string::npos)
         << workers;  // a worker is a process of its own, not the control process
     EXPECT_NE(workers.find("AF_XDP: rx dropped"), std::string::npos) << workers;
+    EXPECT_NE(workers.find("rings now: fill "), std::string::npos) << workers;
     EXPECT_NE(steer.find("redirect_new_flow," + std::to_string(kConnections) + ","),
               std::string::npos)
         << steer;
@@ -205,6 +206,10 @@ TEST_P(ControlTest, EveryCommandShowsWhatTrafficDid) {
     ASSERT_TRUE(rx.has_value()) << metrics;
     EXPECT_GT(std::stoull(*rx), 4u * kConnections);
     EXPECT_TRUE(Sample(metrics, "xdpfwd_fast_path_worker_busy_seconds_total{worker=\"0\"}"));
+    // Frames posted for RX: the fill ring is never left empty while the worker runs.
+    const auto fill = Sample(metrics, "xdpfwd_fast_path_fill_ring_frames{worker=\"0\"}");
+    ASSERT_TRUE(fill.has_value()) << metrics;
+    EXPECT_GT(std::stoull(*fill), 0u);
   }
   // `show metrics` is the same text as /metrics (but for a moment's worth of gauges).
   EXPECT_EQ(Sample(fwd.Control("show metrics"),
