@@ -78,24 +78,35 @@ std::optional<std::string> Sample(const std::string& text, const std::string& se
   return std::nullopt;
 }
 
-// One row of `show stat` as column name -> value.
-std::map<std::string, std::string> StatRow(const std::string& csv, const std::string& path) {
+// A CSV answer (`show stat`, `show sess`) as rows of column name -> value: its first line is
+// "# " and the column names; lines after the rows that start with '#' are notes, left out.
+std::vector<std::map<std::string, std::string>> CsvRows(const std::string& csv,
+                                                        const std::string& header_starts) {
   std::istringstream lines(csv);
   std::string header;
   std::getline(lines, header);
-  EXPECT_EQ(header.rfind("# path,rules,accepted,", 0), 0u) << csv;
+  EXPECT_EQ(header.rfind("# " + header_starts, 0), 0u) << csv;
   std::vector<std::string> names;
-  std::istringstream h(header.substr(2));
+  std::istringstream h(header.substr(std::min<size_t>(2, header.size())));
   for (std::string name; std::getline(h, name, ',');) names.push_back(name);
-  for (std::string line; std::getline(lines, line);) {
-    std::vector<std::string> cells;
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(lines, line) && !line.empty() && line[0] != '#';) {
     std::istringstream c(line);
-    for (std::string cell; std::getline(c, cell, ',');) cells.push_back(cell);
-    if (cells.empty() || cells[0] != path) continue;
-    EXPECT_EQ(cells.size(), names.size()) << line;
     std::map<std::string, std::string> row;
-    for (size_t i = 0; i < names.size() && i < cells.size(); ++i) row[names[i]] = cells[i];
-    return row;
+    size_t i = 0;
+    for (std::string cell; std::getline(c, cell, ',') && i < names.size(); ++i) {
+      row[names[i]] = cell;
+    }
+    EXPECT_EQ(i, names.size()) << line;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// One row of `show stat`, the path's.
+std::map<std::string, std::string> StatRow(const std::string& csv, const std::string& path) {
+  for (auto& row : CsvRows(csv, "path,rules,accepted,")) {
+    if (row["path"] == path) return row;
   }
   ADD_FAILURE() << "no row for path " << path << " in:\n" << csv;
   return {};
@@ -283,27 +294,9 @@ TEST_P(ControlTest, MetricsHoldEveryCounterOfTheStatsLine) {
   EXPECT_GT(checked, 20) << line;
 }
 
-// `show sess` as rows of column name -> value, and the notes after them.
+// `show sess`'s rows.
 std::vector<std::map<std::string, std::string>> SessRows(const std::string& csv) {
-  std::istringstream lines(csv);
-  std::string header;
-  std::getline(lines, header);
-  EXPECT_EQ(header.rfind("# id,path,worker,rule,client,backend,age_ms,", 0), 0u) << csv;
-  std::vector<std::string> names;
-  std::istringstream h(header.substr(2));
-  for (std::string name; std::getline(h, name, ',');) names.push_back(name);
-  std::vector<std::map<std::string, std::string>> rows;
-  for (std::string line; std::getline(lines, line) && !line.empty() && line[0] != '#';) {
-    std::istringstream c(line);
-    std::map<std::string, std::string> row;
-    size_t i = 0;
-    for (std::string cell; std::getline(c, cell, ',') && i < names.size(); ++i) {
-      row[names[i]] = cell;
-    }
-    EXPECT_EQ(i, names.size()) << line;
-    rows.push_back(row);
-  }
-  return rows;
+  return CsvRows(csv, "id,path,worker,rule,client,backend,age_ms,");
 }
 
 // Every open connection in `show sess` with its peers, bytes and TCP state; one of them reset
