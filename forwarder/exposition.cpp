@@ -155,66 +155,47 @@ MetricName NameFor(std::string_view prefix, const Field& f) {
   return m;
 }
 
-// Relay counters of both TCP paths: accepted, open and bytes by name, every other counter is a
-// way a connection ended (relay_counters.h), one family with a `how` label.
-void RelayMetrics(Prometheus& p, const ServiceReport& r) {
-  std::vector<std::pair<std::string, std::vector<Field>>> paths;
-  if (r.fast) paths.emplace_back("fast", RelayFields(r.fast->relay));
-  if (r.kernel) paths.emplace_back("kernel", RelayFields(r.kernel->relay));
-  if (paths.empty()) return;
-  auto family = [&](const std::string& name, bool gauge, std::string_view help, auto pick) {
-    p.Family(name, gauge, help);
-    for (const auto& [path, fields] : paths) {
-      for (const Field& f : fields) {
+// The text of a rule's id in labels and tables ("other": rules beyond what a worker or thread
+// keeps apart).
+std::string RuleText(uint32_t id) {
+  return id == RuleTotals::kOtherRules ? "other" : std::to_string(id);
+}
+
+// One set of relay counters and the labels that say whose they are (a path, or a path's rule).
+struct RelaySeries {
+  Prometheus::Labels labels;
+  std::vector<Field> fields;
+};
+
+// Relay counters as families named `prefix`...: accepted, open and bytes by name, every other
+// counter a way a connection ended (relay_counters.h), one family with a `how` label.
+void RelayFamilies(Prometheus& p, const std::string& prefix, std::string_view whose,
+                   const std::vector<RelaySeries>& series) {
+  auto family = [&](const std::string& name, bool gauge, const std::string& help, auto pick) {
+    p.Family(prefix + name, gauge, help + std::string(whose));
+    for (const RelaySeries& one : series) {
+      for (const Field& f : one.fields) {
         if (auto labels = pick(f)) {
-          labels->insert(labels->begin(), {"path", path});
-          p.Sample(name, *labels, f.value);
+          labels->insert(labels->begin(), one.labels.begin(), one.labels.end());
+          p.Sample(prefix + name, *labels, f.value);
         }
       }
     }
   };
   using Labels = std::optional<Prometheus::Labels>;
-  family("xdpfwd_connections_accepted_total", false, "client connections taken",
-         [](const Field& f) {
-           return f.name == "accepted" ? Labels(Prometheus::Labels{}) : Labels();
-         });
+  family("connections_accepted_total", false, "client connections taken", [](const Field& f) {
+    return f.name == "accepted" ? Labels(Prometheus::Labels{}) : Labels();
+  });
   family(
-      "xdpfwd_connections_open", true, "connections open now: client or backend leg alive",
+      "connections_open", true, "connections open now: client or backend leg alive",
       [](const Field& f) { return f.name == "active" ? Labels(Prometheus::Labels{}) : Labels(); });
-  family("xdpfwd_relayed_bytes_total", false, "payload bytes relayed, by direction",
-         [](const Field& f) {
-           if (f.name == "bytes_to_backend")
-             return Labels(Prometheus::Labels{{"direction", "to_backend"}});
-           if (f.name == "bytes_to_client")
-             return Labels(Prometheus::Labels{{"direction", "to_client"}});
-           return Labels();
-         });
-  // Histograms: cumulative buckets with upper bounds in seconds, then the sum and the count.
-  auto histogram = [&](const std::string& name, std::string_view help, auto pick) {
-    p.Family(name, "histogram", help);
-    std::vector<std::pair<std::string, const LatencyHistogram*>> of;
-    if (r.fast) of.emplace_back("fast", &pick(r.fast->relay));
-    if (r.kernel) of.emplace_back("kernel", &pick(r.kernel->relay));
-    for (const auto& [path, h] : of) {
-      uint64_t below = 0;
-      for (int i = 0; i < kLatencyBuckets; ++i) {
-        below += h->buckets[i];
-        p.Sample(name + "_bucket",
-                 {{"path", path},
-                  {"le", i + 1 < kLatencyBuckets ? Decimal(LatencyBucketSeconds(i)) : "+Inf"}},
-                 below);
-      }
-      p.Sample(name + "_sum", {{"path", path}}, static_cast<double>(h->sum_ns) / 1e9);
-      p.Sample(name + "_count", {{"path", path}}, h->count);
-    }
-  };
-  histogram("xdpfwd_connect_seconds",
-            "from the client's connection taken to the backend leg established",
-            [](const RelayTotals& t) -> const LatencyHistogram& { return t.connect; });
-  histogram("xdpfwd_first_byte_seconds",
-            "from the client's connection taken to the backend's first byte",
-            [](const RelayTotals& t) -> const LatencyHistogram& { return t.first_byte; });
-  family("xdpfwd_connections_ended_total", false,
+  family("relayed_bytes_total", false, "payload bytes relayed, by direction", [](const Field& f) {
+    if (f.name == "bytes_to_backend")
+      return Labels(Prometheus::Labels{{"direction", "to_backend"}});
+    if (f.name == "bytes_to_client") return Labels(Prometheus::Labels{{"direction", "to_client"}});
+    return Labels();
+  });
+  family("connections_ended_total", false,
          "connections that ended, by how (completed, refused, reset, timed out: "
          "forwarder/relay_counters.h says what each counts)",
          [](const Field& f) {
@@ -224,6 +205,54 @@ void RelayMetrics(Prometheus& p, const ServiceReport& r) {
            }
            return Labels(Prometheus::Labels{{"how", std::string(f.name)}});
          });
+}
+
+// Both TCP paths' relay counters, per path and per rule, and their latency histograms.
+void RelayMetrics(Prometheus& p, const ServiceReport& r) {
+  std::vector<std::pair<std::string, const RelayTotals*>> paths;
+  std::vector<std::pair<std::string, const std::vector<RuleTotals>*>> rules;
+  if (r.fast) {
+    paths.emplace_back("fast", &r.fast->relay);
+    rules.emplace_back("fast", &r.fast->rules);
+  }
+  if (r.kernel) {
+    paths.emplace_back("kernel", &r.kernel->relay);
+    rules.emplace_back("kernel", &r.kernel->rules);
+  }
+  if (paths.empty()) return;
+  std::vector<RelaySeries> per_path, per_rule;
+  for (const auto& [path, totals] : paths)
+    per_path.push_back({{{"path", path}}, RelayFields(*totals)});
+  for (const auto& [path, list] : rules) {
+    for (const RuleTotals& t : *list) {
+      per_rule.push_back({{{"path", path}, {"rule", RuleText(t.rule_id)}}, RelayFields(t.totals)});
+    }
+  }
+  RelayFamilies(p, "xdpfwd_", "", per_path);
+  RelayFamilies(p, "xdpfwd_rule_", ", per rule", per_rule);
+  // Histograms: cumulative buckets with upper bounds in seconds, then the sum and the count.
+  auto histogram = [&](const std::string& name, std::string_view help, auto pick) {
+    p.Family(name, "histogram", help);
+    for (const auto& [path, totals] : paths) {
+      const LatencyHistogram& h = pick(*totals);
+      uint64_t below = 0;
+      for (int i = 0; i < kLatencyBuckets; ++i) {
+        below += h.buckets[i];
+        p.Sample(name + "_bucket",
+                 {{"path", path},
+                  {"le", i + 1 < kLatencyBuckets ? Decimal(LatencyBucketSeconds(i)) : "+Inf"}},
+                 below);
+      }
+      p.Sample(name + "_sum", {{"path", path}}, static_cast<double>(h.sum_ns) / 1e9);
+      p.Sample(name + "_count", {{"path", path}}, h.count);
+    }
+  };
+  histogram("xdpfwd_connect_seconds",
+            "from the client's connection taken to the backend leg established",
+            [](const RelayTotals& t) -> const LatencyHistogram& { return t.connect; });
+  histogram("xdpfwd_first_byte_seconds",
+            "from the client's connection taken to the backend's first byte",
+            [](const RelayTotals& t) -> const LatencyHistogram& { return t.first_byte; });
 }
 
 void FastPathMetrics(Prometheus& p, const ServiceReport& r) {
@@ -425,6 +454,15 @@ void HistogramJson(Json& j, std::string_view key, const LatencyHistogram& h) {
   j.Close('}').Close('}');
 }
 
+// A path's counters per rule: [{"rule": "0", "accepted": N, ...}, ...].
+void RulesJson(Json& j, const std::vector<RuleTotals>& rules) {
+  j.Open("rules", '[');
+  for (const RuleTotals& t : rules) {
+    j.Open({}, '{').String("rule", RuleText(t.rule_id)).Fields(RelayFields(t.totals)).Close('}');
+  }
+  j.Close(']');
+}
+
 std::string ReportJson(const ServiceReport& r) {
   Json j;
   j.Open({}, '{')
@@ -460,6 +498,7 @@ std::string ReportJson(const ServiceReport& r) {
     HistogramJson(j, "connect", r.fast->relay.connect);
     HistogramJson(j, "first_byte", r.fast->relay.first_byte);
     j.Close('}');
+    RulesJson(j, r.fast->rules);
     j.Open("workers", '[');
     for (const WorkerReport& w : r.workers) {
       j.Open({}, '{').Number("index", w.index).Signed("pid", w.pid).Signed("cpu", w.cpu);
@@ -491,7 +530,9 @@ std::string ReportJson(const ServiceReport& r) {
     j.Open("total", '{').Fields(RelayFields(r.kernel->relay)).Fields(KernelFields(*r.kernel));
     HistogramJson(j, "connect", r.kernel->relay.connect);
     HistogramJson(j, "first_byte", r.kernel->relay.first_byte);
-    j.Close('}').Close('}');
+    j.Close('}');
+    RulesJson(j, r.kernel->rules);
+    j.Close('}');
   }
   if (r.datagram) j.Open("datagram_path", '{').Fields(DatagramFields(*r.datagram)).Close('}');
   if (r.access_log) {
@@ -508,18 +549,30 @@ std::string ReportJson(const ServiceReport& r) {
 }
 
 std::string StatCsv(const ServiceReport& r) {
-  std::string out = "# path,rules";
+  std::string out = "# path,rule,listen,backend";
   for (const Field& f : RelayFields({})) out += "," + std::string(f.name);
   out += '\n';
-  auto row = [&](const char* path, const RelayTotals& t) {
-    size_t rules = 0;
-    for (const RuleReport& rule : r.rules) rules += rule.path == path;
-    out += std::string(path) + "," + std::to_string(rules);
+  auto row = [&](const char* path, const std::string& rule, const std::string& listen,
+                 const std::string& backend, const RelayTotals& t) {
+    out += std::string(path) + "," + rule + "," + listen + "," + backend;
     for (const Field& f : RelayFields(t)) out += "," + std::to_string(f.value);
     out += '\n';
   };
-  if (r.fast) row("fast", r.fast->relay);
-  if (r.kernel) row("kernel", r.kernel->relay);
+  auto path_rows = [&](const char* path, const RelayTotals& total,
+                       const std::vector<RuleTotals>& rules) {
+    row(path, "*", "", "", total);  // the path's sum, as HAProxy's TOTAL line
+    for (const RuleTotals& t : rules) {
+      std::string listen, backend;
+      for (const RuleReport& rule : r.rules) {
+        if (rule.id != t.rule_id) continue;
+        listen = rule.listen;
+        backend = rule.backend;
+      }
+      row(path, RuleText(t.rule_id), listen, backend, t.totals);
+    }
+  };
+  if (r.fast) path_rows("fast", r.fast->relay, r.fast->rules);
+  if (r.kernel) path_rows("kernel", r.kernel->relay, r.kernel->rules);
   return out;
 }
 

@@ -160,6 +160,7 @@ struct FastPathCounters {
 // What the workers last published, summed (or one worker's); read from any thread.
 struct FastPathSnapshot : FastPathCounters {
   std::vector<QueueRx> rx_by_queue;  // shown as rx_packets.IFNAME.qN=...
+  std::vector<RuleTotals> rules;     // relay's counters per rule
   std::string Format() const;
   std::string RxByQueue() const;  // " rx_packets.veth-c.q0=12 rx_packets.veth-c.q1=7"
 };

@@ -75,6 +75,8 @@ static_assert(std::is_trivially_copyable_v<RelayConnectionInfo>);
 
 // The most (interface, queue) counts a worker publishes.
 inline constexpr uint32_t kMaxWorkerQueues = 256;
+// The most rules a worker publishes counters for apart; the rest are summed as other rules.
+inline constexpr uint32_t kMaxWorkerRules = 64;
 
 // One worker's corner of the shared memory. The control process asks for numbers by raising
 // `wanted`; the worker writes them and then sets `published` to it (release), and writes
@@ -94,6 +96,8 @@ struct WorkerSlot {
     uint32_t pad;
     uint64_t packets;
   } queues[kMaxWorkerQueues];
+  uint32_t rule_count;
+  RuleTotals rules[kMaxWorkerRules];
   char error[512];  // kFailed: why, for the control process's message
 };
 static_assert(std::atomic<WorkerState>::is_always_lock_free &&
@@ -154,12 +158,14 @@ struct FastPath::Impl {
     pid_t pid = -1;         // -1: not running (exited, being restarted)
     FastPathCounters last;  // its numbers as last published, kept if it dies
     std::vector<QueueRx> last_queues;
+    std::vector<RuleTotals> last_rules;
     uint64_t heartbeat = 0;  // the watchdog's last reading, and when it last moved
     std::chrono::steady_clock::time_point moved;
   };
   std::mutex mu;  // children, retired, snapshot requests
   std::vector<Child> children;
   FastPathCounters retired;  // what dead workers had counted (their gauges left out)
+  std::vector<RuleTotals> retired_rules;
   uint64_t restarts = 0;
   FastPathSnapshot final_snapshot;
   bool stopped = false;

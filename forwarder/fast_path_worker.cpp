@@ -254,6 +254,20 @@ void WorkerProcess::Publish() {
     }
   }
   slot_.queue_count = queues;
+  // Each rule apart, up to kMaxWorkerRules; beyond that the last entry sums the rest.
+  const auto& by_rule = relay_->rule_counters();
+  const bool overflow = by_rule.size() > kMaxWorkerRules;
+  uint32_t rules = 0;
+  for (size_t i = 0; i < by_rule.size(); ++i) {
+    const RelayTotals t = by_rule[i].second->Snapshot();
+    if (!overflow || i + 1 < kMaxWorkerRules) {
+      slot_.rules[rules++] = RuleTotals{by_rule[i].first, t};
+      continue;
+    }
+    if (i + 1 == kMaxWorkerRules) slot_.rules[rules++] = RuleTotals{RuleTotals::kOtherRules, {}};
+    slot_.rules[kMaxWorkerRules - 1].totals += t;
+  }
+  slot_.rule_count = rules;
   s.lwip_pcbs = lwip_stats.memp[MEMP_TCP_PCB]->used;
   s.lwip_heap_bytes = lwip_stats.mem.used;
   const WorkerStats w = worker_.stats();

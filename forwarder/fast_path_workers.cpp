@@ -142,8 +142,13 @@ void FastPath::Impl::Restart(uint32_t w, int status) {
     FastPathCounters gone = children[w].last;
     DropGauges(gone);
     retired += gone;
+    for (RuleTotals r : children[w].last_rules) {
+      r.totals.active = 0;  // its connections went with it
+      AddRuleTotals(retired_rules, r.rule_id, r.totals);
+    }
     children[w].last = FastPathCounters{};
     children[w].last_queues.clear();
+    children[w].last_rules.clear();
     ++restarts;
   }
   Log("fast path: worker " + std::to_string(w) + " " + ExitStatus(status) + "; its connections (" +
@@ -249,25 +254,39 @@ void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
 }
 
 FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
+  std::vector<uint64_t> asked(workers, 0);
+  {
+    std::lock_guard lock(mu);
+    if (stopped) {
+      if (each != nullptr) each->clear();
+      return final_snapshot;
+    }
+    for (uint32_t w = 0; w < workers; ++w) {
+      if (children[w].pid > 0) asked[w] = Slot(w).wanted.fetch_add(1) + 1;
+    }
+  }
+  // Waited for without the lock: a stopped worker keeps this waiting up to the deadline, and
+  // the monitor must meanwhile be free to restart it (it takes the lock to do so).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (uint32_t w = 0; w < workers; ++w) {
+    if (asked[w] == 0) continue;
+    while (Slot(w).published.load(std::memory_order_acquire) != asked[w] &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   std::lock_guard lock(mu);
   if (stopped) {
     if (each != nullptr) each->clear();
     return final_snapshot;
   }
-  std::vector<uint64_t> asked(workers, 0);
-  for (uint32_t w = 0; w < workers; ++w) {
-    if (children[w].pid > 0) asked[w] = Slot(w).wanted.fetch_add(1) + 1;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (uint32_t w = 0; w < workers; ++w) {
     if (asked[w] == 0) continue;
     WorkerSlot& slot = Slot(w);
-    while (slot.published.load(std::memory_order_acquire) != asked[w] &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
     if (slot.published.load(std::memory_order_acquire) != asked[w]) continue;  // keeps its last
     children[w].last = slot.counters;
+    children[w].last_rules.assign(slot.rules,
+                                  slot.rules + std::min(slot.rule_count, kMaxWorkerRules));
     children[w].last_queues.clear();
     for (uint32_t k = 0; k < std::min(slot.queue_count, kMaxWorkerQueues); ++k) {
       const auto& q = slot.queues[k];
@@ -278,11 +297,14 @@ FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
   }
   FastPathSnapshot sum;
   static_cast<FastPathCounters&>(sum) = retired;
+  sum.rules = retired_rules;
   if (each != nullptr) each->clear();
   for (uint32_t w = 0; w < workers; ++w) {
     FastPathSnapshot one;
     static_cast<FastPathCounters&>(one) = children[w].last;
     one.rx_by_queue = children[w].last_queues;
+    one.rules = children[w].last_rules;
+    for (const RuleTotals& r : one.rules) AddRuleTotals(sum.rules, r.rule_id, r.totals);
     if (workers > 1) {
       const HandoffTotals h = WorkerHandoff::Read(Rings(), RingsBytes(), workers, w);
       one.handoffs_out = h.out;

@@ -95,6 +95,7 @@ KernelPathTotals& KernelPathTotals::operator+=(const KernelPathTotals& o) {
 #define XDPFWD_FIELD(name, kind, what) name += o.name;
   XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  for (const RuleTotals& r : o.rules) AddRuleTotals(rules, r.rule_id, r.totals);
   return *this;
 }
 

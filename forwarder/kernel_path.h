@@ -78,6 +78,7 @@ struct KernelPathTotals {
 #define XDPFWD_FIELD(name, kind, what) uint64_t name = 0;
   XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
+  std::vector<RuleTotals> rules;  // the relay counters per rule
   KernelPathTotals& operator+=(const KernelPathTotals& o);
   std::string Format() const;
 };

@@ -52,6 +52,7 @@ struct Loop::Connection {
   uint64_t bytes_in = 0, bytes_out = 0;
   std::optional<SessionResult> closed_first;
   bool client_fin = false, backend_fin = false;  // recorded once each
+  RelayCounters* rule_counters = nullptr;        // its rule's (PathCounters::ForRule)
 };
 
 namespace {
@@ -371,6 +372,8 @@ void Loop::OnListener(Listener& listener) {
         // Closed (a FIN), as rinetd closes a refused client; no backend leg is opened.
         const bool denied = verdict == AccessVerdict::kDenied;
         Add(denied ? counters_.relay.denied : counters_.relay.not_allowed);
+        RelayCounters& rule = counters_.ForRule(listener.rule->id);
+        Add(denied ? rule.denied : rule.not_allowed);
         RecordSession(*listener.rule, peer,
                       denied ? SessionResult::kDenied : SessionResult::kNotAllowed, 0, 0);
         continue;
@@ -382,10 +385,12 @@ void Loop::OnListener(Listener& listener) {
         config_.limits.max_connections) {
       open_connections_.fetch_sub(1, std::memory_order_relaxed);
       Add(counters_.relay.over_limit);
+      Add(counters_.ForRule(listener.rule->id).over_limit);
       ResetClose(client);
       continue;
     }
     Add(counters_.relay.accepted);
+    Add(counters_.ForRule(listener.rule->id).accepted);
     StartConnection(std::move(client), *listener.rule, peer);
   }
 }
@@ -422,9 +427,11 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   c.since = now_;
   c.accepted = now_;
   c.rule = &rule;
+  c.rule_counters = &counters_.ForRule(rule.id);
   c.client.fd = std::move(client);
   c.peer = peer;
   Add(counters_.relay.active);
+  Add(c.rule_counters->active);
   RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
 
@@ -513,6 +520,7 @@ void Loop::Relay(Connection& c) {
   const bool backend_open = !c.to_backend.finished();
   const PumpResult up = c.to_backend.Pump(c.client, c.backend, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_backend, up.bytes);
+  Add(c.rule_counters->bytes_to_backend, up.bytes);
   if (c.bytes_in == 0 && up.bytes > 0) {
     Trace(c, RecorderEvent::kFirstByteToBackend, RecorderLeg::kClient,
           static_cast<uint32_t>(up.bytes));
@@ -533,6 +541,7 @@ void Loop::Relay(Connection& c) {
   if (auto why = failure(up, End::kClientReset, End::kBackendReset)) return Finish(c, *why);
   const PumpResult down = c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_client, down.bytes);
+  Add(c.rule_counters->bytes_to_client, down.bytes);
   if (c.bytes_out == 0 && down.bytes > 0) {
     counters_.relay.first_byte.Observe(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
@@ -582,43 +591,48 @@ void Loop::Finish(Connection& c, End why) {
   Trace(c, RecorderEvent::kConnectionEnd, RecorderLeg::kClient,
         static_cast<uint32_t>(SessionEnd(why, c.closed_first)));
   RelayCounters& r = counters_.relay;
+  std::atomic<uint64_t>* reason = nullptr;  // the relay counter that says how it ended
   switch (why) {
     case End::kCompleted:
-      Add(r.completed);
+      reason = &r.completed;
       break;
     case End::kClientReset:
-      Add(r.client_reset);
+      reason = &r.client_reset;
       break;
     case End::kBackendReset:
-      Add(r.backend_reset);
+      reason = &r.backend_reset;
       break;
     case End::kBackendRefused:
-      Add(r.backend_refused);
+      reason = &r.backend_refused;
       break;
     case End::kBackendTimeout:
-      Add(r.backend_timeout);
+      reason = &r.backend_timeout;
       break;
     case End::kBackendError:
-      Add(r.backend_error);
+      reason = &r.backend_error;
       break;
     case End::kBackendNoPort:
-      Add(r.backend_no_port);  // the relay's end reason, shared with the fast path
+      reason = &r.backend_no_port;  // the relay's end reason, shared with the fast path
       break;
     case End::kIdleTimeout:
-      Add(r.idle_timeout);
+      reason = &r.idle_timeout;
       break;
     case End::kStallTimeout:
-      Add(r.stall_timeout);
+      reason = &r.stall_timeout;
       break;
     case End::kError:
       Add(counters_.errors);
       break;
     case End::kStopped:
-      Add(r.shutdown_reset);
+      reason = &r.shutdown_reset;
       break;
     case End::kAdminShutdown:
-      Add(r.admin_shutdown);
+      reason = &r.admin_shutdown;
       break;
+  }
+  if (reason != nullptr) {
+    Add(*reason);
+    Add(c.rule_counters->Same(r, *reason));
   }
   // A leg that failed is already dead: close it quietly. The other learns with a reset.
   // A completed connection has sent both FINs.
@@ -644,6 +658,7 @@ void Loop::Finish(Connection& c, End why) {
   }
   ended_.splice(ended_.end(), c.connecting ? connecting_ : relaying_, c.self);
   RelayCounters::Sub(r.active);
+  RelayCounters::Sub(c.rule_counters->active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
   if (config_.sessions != nullptr) {
     RecordSession(*c.rule, c.peer, SessionEnd(why, c.closed_first), c.bytes_in, c.bytes_out);

@@ -26,9 +26,31 @@ void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) { RelayCounters::Add(co
 
 }  // namespace
 
+RelayCounters& PathCounters::ForRule(uint32_t rule_id) {
+  const uint64_t want = uint64_t{rule_id} + 1;
+  for (size_t i = 0; i + 1 < kRuleSlots; ++i) {
+    const uint64_t id = rules[i].id_plus_one.load(std::memory_order_relaxed);
+    if (id == want) return rules[i].counters;
+    if (id == 0) {
+      // Release: a reader that sees the id sees zeroed counters behind it.
+      rules[i].id_plus_one.store(want, std::memory_order_release);
+      return rules[i].counters;
+    }
+  }
+  RuleSlot& other = rules[kRuleSlots - 1];
+  other.id_plus_one.store(uint64_t{RuleTotals::kOtherRules} + 1, std::memory_order_release);
+  return other.counters;
+}
+
 KernelPathTotals PathCounters::Snapshot() const {
   KernelPathTotals t;
   t.relay = relay.Snapshot();
+  for (const RuleSlot& slot : rules) {
+    const uint64_t id = slot.id_plus_one.load(std::memory_order_acquire);
+    if (id != 0) {
+      AddRuleTotals(t.rules, static_cast<uint32_t>(id - 1), slot.counters.Snapshot());
+    }
+  }
 #define XDPFWD_FIELD(name, kind, what) t.name = name.load(std::memory_order_relaxed);
   XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD

@@ -20,6 +20,17 @@ namespace xdpfwd::kernel_path {
 // RelayCounters::Add); Snapshot() may run on any thread.
 struct PathCounters {
   RelayCounters relay;
+  // The relay counters again, per rule: a slot each for the first kRuleSlots - 1 rules this
+  // thread meets (reloads make new ids), the last for every other. A slot's id (plus one; 0:
+  // free) is set once, by the loop thread, before anything is counted in it (release).
+  static constexpr size_t kRuleSlots = 64;
+  struct RuleSlot {
+    std::atomic<uint64_t> id_plus_one{0};
+    RelayCounters counters;
+  };
+  RuleSlot rules[kRuleSlots];
+  // The loop thread's: the slot of `rule_id`, claimed if new.
+  RelayCounters& ForRule(uint32_t rule_id);
 #define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
   XDPFWD_KERNEL_PATH_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD

@@ -108,6 +108,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   uint32_t trace_id = 0;     // the flight recorder's name for it
   uint64_t listed = 0;       // the last `show sess` listing that has it (Relay::listing_)
   uint64_t accepted_ns = 0;  // the worker's clock when the client's connection was taken
+  RelayCounters* rule_counters = nullptr;  // its rule's, beside the relay's own
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
 };
@@ -115,6 +116,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
 struct Relay::Listener {
   Relay* relay = nullptr;
   const RelayRule* rule = nullptr;
+  RelayCounters* rule_counters = nullptr;  // the rule's own (Relay::rule_counters_)
   tcp_pcb* pcb = nullptr;
 };
 
@@ -298,6 +300,8 @@ Result<void> Relay::Listen(const RelayRule& rule) {
   auto listener = std::make_unique<Listener>();
   listener->relay = this;
   listener->rule = &rule;
+  rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
+  listener->rule_counters = rule_counters_.back().second.get();
   listener->pcb = listening;
   tcp_arg(listening, listener.get());
   tcp_accept(listening, Callbacks::Accept);
@@ -311,6 +315,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   const FlowTuple client_flow{ends.remote, ends.local, ends.remote_port, ends.local_port};
   if (live_.size() >= config_.limits.max_connections) {
     RelayCounters::Add(counters_.over_limit);
+    RelayCounters::Add(listener.rule_counters->over_limit);
     tcp_abort(pcb);  // RST: the client learns at once
     ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
@@ -321,6 +326,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
     if (verdict != AccessVerdict::kAllowed) {
       RelayCounters::Add(verdict == AccessVerdict::kDenied ? counters_.denied
                                                            : counters_.not_allowed);
+      RelayCounters::Add(verdict == AccessVerdict::kDenied ? listener.rule_counters->denied
+                                                           : listener.rule_counters->not_allowed);
       RecordSession(
           *listener.rule, client_flow,
           verdict == AccessVerdict::kDenied ? SessionResult::kDenied : SessionResult::kNotAllowed,
@@ -338,6 +345,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   c->rule = listener.rule;
   c->started_ms = c->last_active_ms = now_ms_;
   c->accepted_ns = now_ns_;
+  c->rule_counters = listener.rule_counters;
   c->client.conn = c->backend.conn = c;
   c->client.is_client = true;
   c->client.connected = true;
@@ -346,6 +354,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   connecting_.PushBack(*c);
   RelayCounters::Add(counters_.accepted);
   RelayCounters::Add(counters_.active);
+  RelayCounters::Add(c->rule_counters->accepted);
+  RelayCounters::Add(c->rule_counters->active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
   c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
@@ -426,6 +436,9 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
     tcp_output(to.pcb);
     RelayCounters::Add(to.is_client ? counters_.bytes_to_client : counters_.bytes_to_backend,
                        written);
+    RelayCounters::Add(
+        to.is_client ? c.rule_counters->bytes_to_client : c.rule_counters->bytes_to_backend,
+        written);
     Touch(c);
     if (from.pcb != nullptr) {
       for (uint32_t left = written; left > 0;) {
@@ -493,6 +506,7 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
   if (c.client.pcb == nullptr && c.backend.pcb == nullptr) {
     if (c.client.fin_sent && c.backend.fin_sent) {
       RelayCounters::Add(counters_.completed);
+      RelayCounters::Add(c.rule_counters->completed);
       // Both FINs went through, so every byte received must have been relayed.
       for (const Leg* l : {&c.client, &c.backend}) {
         if (l->received != l->relayed) {
@@ -542,6 +556,7 @@ void Relay::AbortLeg(Leg& leg) {
 void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
   if (c.finished) return;
   RelayCounters::Add(reason);
+  RelayCounters::Add(c.rule_counters->Same(counters_, reason));
   const RelayCounters& n = counters_;
   if (&reason == &n.client_reset || &reason == &n.backend_reset) {
     if (!c.end_known) {
@@ -579,6 +594,7 @@ void Relay::Finish(Connection& c) {
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
   RelayCounters::Sub(counters_.active);
+  RelayCounters::Sub(c.rule_counters->active);
   Trace(c, RecorderEvent::kConnectionEnd, c.client, static_cast<uint32_t>(c.end));
   // Bytes in: received from the client; out: queued toward the client (rinetd's counts).
   RecordSession(*c.rule, c.flows.client_flow, c.end, c.client.received, c.backend.relayed);

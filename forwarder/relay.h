@@ -117,6 +117,10 @@ class Relay {
   bool Shutdown(uint32_t id);
 
   const RelayCounters& counters() const { return counters_; }
+  // Each rule's share of counters(), by Rule::id, in the order of RelayConfig::rules.
+  const std::vector<std::pair<uint32_t, std::unique_ptr<RelayCounters>>>& rule_counters() const {
+    return rule_counters_;
+  }
   RelayState state() const;
 
   struct Connection;
@@ -159,6 +163,7 @@ class Relay {
 
   RelayConfig config_;
   RelayCounters counters_;
+  std::vector<std::pair<uint32_t, std::unique_ptr<RelayCounters>>> rule_counters_;
   std::unique_ptr<WriteRefPool> refs_;  // declared before anything whose teardown frees pcbs
   uint64_t bytes_referenced_ = 0;
   FlowLedger ledger_;  // after the connections are reset, removes what they left lingering

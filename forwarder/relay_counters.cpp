@@ -1,6 +1,8 @@
 // Snapshots and formatting of the relay counters for log lines and the exit summary.
 #include "forwarder/relay_counters.h"
 
+#include <cstdlib>
+
 namespace xdpfwd {
 
 RelayTotals& RelayTotals::operator+=(const RelayTotals& o) {
@@ -20,6 +22,25 @@ std::string RelayTotals::Format() const {
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
 #undef XDPFWD_FIELD
   return out;
+}
+
+void AddRuleTotals(std::vector<RuleTotals>& rules, uint32_t rule_id, const RelayTotals& t) {
+  for (RuleTotals& r : rules) {
+    if (r.rule_id == rule_id) {
+      r.totals += t;
+      return;
+    }
+  }
+  rules.push_back({rule_id, t});
+}
+
+std::atomic<uint64_t>& RelayCounters::Same(const RelayCounters& of,
+                                           const std::atomic<uint64_t>& field) {
+#define XDPFWD_FIELD(name, kind, what) \
+  if (&field == &of.name) return name;
+  XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
+#undef XDPFWD_FIELD
+  std::abort();  // not one of `of`'s counters: a caller's bug
 }
 
 RelayTotals RelayCounters::Snapshot() const {

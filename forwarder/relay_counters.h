@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "forwarder/latency_histogram.h"
 
@@ -64,6 +65,16 @@ struct RelayTotals {
   std::string Format() const;
 };
 
+// One rule's share of a path's counters (Rule::id; kOtherRules: rules beyond what a thread
+// keeps apart).
+struct RuleTotals {
+  static constexpr uint32_t kOtherRules = UINT32_MAX;
+  uint32_t rule_id = 0;
+  RelayTotals totals;
+};
+// Adds `t` to `rule_id`'s entry of `rules` (appended if missing).
+void AddRuleTotals(std::vector<RuleTotals>& rules, uint32_t rule_id, const RelayTotals& t);
+
 struct RelayCounters {
 #define XDPFWD_FIELD(name, kind, what) std::atomic<uint64_t> name{0};
   XDPFWD_RELAY_COUNTERS(XDPFWD_FIELD)
@@ -79,6 +90,9 @@ struct RelayCounters {
     c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
   }
   RelayTotals Snapshot() const;
+  // This one's counter that is `field` in `of` (another RelayCounters): a rule's counter for
+  // what the path counted.
+  std::atomic<uint64_t>& Same(const RelayCounters& of, const std::atomic<uint64_t>& field);
 };
 
 }  // namespace xdpfwd

@@ -103,12 +103,13 @@ std::vector<std::map<std::string, std::string>> CsvRows(const std::string& csv,
   return rows;
 }
 
-// One row of `show stat`, the path's.
-std::map<std::string, std::string> StatRow(const std::string& csv, const std::string& path) {
-  for (auto& row : CsvRows(csv, "path,rules,accepted,")) {
-    if (row["path"] == path) return row;
+// One row of `show stat`: a path's sum (rule "*") or one of its rules.
+std::map<std::string, std::string> StatRow(const std::string& csv, const std::string& path,
+                                           const std::string& rule = "*") {
+  for (auto& row : CsvRows(csv, "path,rule,listen,backend,accepted,")) {
+    if (row["path"] == path && row["rule"] == rule) return row;
   }
-  ADD_FAILURE() << "no row for path " << path << " in:\n" << csv;
+  ADD_FAILURE() << "no row for path " << path << ", rule " << rule << " in:\n" << csv;
   return {};
 }
 
@@ -158,13 +159,20 @@ TEST_P(ControlTest, EveryCommandShowsWhatTrafficDid) {
             std::string::npos)
       << info;
 
-  auto row = StatRow(fwd.Control("show stat"), fast);
-  EXPECT_EQ(row["rules"], "1");
+  const std::string stat = fwd.Control("show stat");
+  auto row = StatRow(stat, fast);
   EXPECT_EQ(row["accepted"], std::to_string(kConnections));
   EXPECT_EQ(row["completed"], std::to_string(kConnections));
   EXPECT_EQ(row["active"], "0");
   EXPECT_EQ(row["bytes_to_backend"], std::to_string(kConnections * kBytes));
   EXPECT_EQ(row["bytes_to_client"], std::to_string(kConnections * kBytes));
+  // The one rule's row: the same numbers, with its addresses.
+  auto rule = StatRow(stat, fast, "0");
+  EXPECT_EQ(rule["listen"], Addr(topo_.client_gw(), kPort));
+  EXPECT_EQ(rule["backend"], Addr(topo_.server_addr(), kPort));
+  for (const char* column : {"accepted", "completed", "active", "bytes_to_backend"}) {
+    EXPECT_EQ(rule.at(column), row.at(column)) << column;
+  }
 
   const nlohmann::json j = nlohmann::json::parse(fwd.Control("show counters"));
   const std::string section = fast + "_path";

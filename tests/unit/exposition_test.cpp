@@ -49,6 +49,7 @@ ServiceReport SampleReport() {
   ++total.relay.connect.buckets[LatencyBucket(100'000'000'000)];
   ++total.relay.connect.count;
   total.relay.connect.sum_ns += 100'000'000'000;
+  total.rules = {{0, total.relay}, {RuleTotals::kOtherRules, RelayTotals{}}};
   r.fast = total;
   r.fast_description = "veth-c (10.0.1.1, XDP generic)";
   for (uint32_t w = 0; w < 2; ++w) {
@@ -67,6 +68,7 @@ ServiceReport SampleReport() {
   k.relay.client_reset = 1;
   k.splice_bytes = 123;
   k.pooled_pipes = 2;
+  k.rules = {{1, k.relay}};
   r.kernel = k;
   r.kernel_threads = 2;
   DatagramPathTotals d;
@@ -186,6 +188,10 @@ TEST(ReportJson, ParsesAndHoldsEveryCounter) {
   EXPECT_EQ(fast["workers"][1]["rx_by_queue"][0]["interface"], "veth-c");
   EXPECT_EQ(fast["steer"]["redirect_new_flow"]["bytes"], 518);
   EXPECT_EQ(j["kernel_path"]["total"]["splice_bytes"], 123);
+  EXPECT_EQ(fast["rules"][0]["rule"], "0");
+  EXPECT_EQ(fast["rules"][0]["accepted"], 7);
+  EXPECT_EQ(fast["rules"][1]["rule"], "other");
+  EXPECT_EQ(j["kernel_path"]["rules"][0]["client_reset"], 1);
   EXPECT_EQ(j["datagram_path"]["datagrams_in"], 8);
   EXPECT_EQ(j["access_log"]["lines"], 11);
   // Every counter of every list, by the name the stats line gives it.
@@ -209,20 +215,31 @@ TEST(ReportJson, EscapesStrings) {
   EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["config_file"], r.config_file);
 }
 
-TEST(StatCsv, OneRowPerPathUnderItsHeader) {
+TEST(StatCsv, ARowPerPathThenOnePerRule) {
   const std::string csv = StatCsv(SampleReport());
   std::istringstream lines(csv);
-  std::string header, fast, kernel, extra;
-  std::getline(lines, header);
-  std::getline(lines, fast);
-  std::getline(lines, kernel);
-  EXPECT_FALSE(std::getline(lines, extra));
-  EXPECT_EQ(header.rfind("# path,rules,accepted,active,completed,", 0), 0u) << header;
-  EXPECT_EQ(fast.rfind("fast,1,7,2,5,", 0), 0u) << fast;
-  EXPECT_EQ(kernel.rfind("kernel,1,4,0,0,", 0), 0u) << kernel;
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 6u) << csv;
+  EXPECT_EQ(rows[0].rfind("# path,rule,listen,backend,accepted,active,completed,", 0), 0u);
+  EXPECT_EQ(rows[1].rfind("fast,*,,,7,2,5,", 0), 0u) << rows[1];
+  EXPECT_EQ(rows[2].rfind("fast,0,10.0.1.1:9000,10.0.0.2:9001,7,2,5,", 0), 0u) << rows[2];
+  EXPECT_EQ(rows[3].rfind("fast,other,,,0,0,0,", 0), 0u) << rows[3];
+  EXPECT_EQ(rows[4].rfind("kernel,*,,,4,0,0,", 0), 0u) << rows[4];
+  EXPECT_EQ(rows[5].rfind("kernel,1,[::]:9002,10.0.0.2:9001,4,0,0,", 0), 0u) << rows[5];
   const auto commas = [](const std::string& s) { return std::count(s.begin(), s.end(), ','); };
-  EXPECT_EQ(commas(header), commas(fast));
-  EXPECT_EQ(commas(header), commas(kernel));
+  for (const std::string& row : rows) EXPECT_EQ(commas(row), commas(rows[0])) << row;
+}
+
+TEST(MetricsText, PerRuleFamilies) {
+  const std::string t = MetricsText(SampleReport());
+  EXPECT_TRUE(HasLine(t, "xdpfwd_rule_connections_accepted_total{path=\"fast\",rule=\"0\"} 7"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_rule_connections_accepted_total{path=\"fast\",rule=\"other\"} 0"));
+  EXPECT_TRUE(HasLine(
+      t, "xdpfwd_rule_connections_ended_total{path=\"kernel\",rule=\"1\",how=\"client_reset\"} 1"));
+  EXPECT_TRUE(HasLine(t,
+                      "xdpfwd_rule_relayed_bytes_total{path=\"fast\",rule=\"0\",direction="
+                      "\"to_backend\"} 4096"));
 }
 
 TEST(InfoText, SaysWhatRunsAndWhatIsWrong) {
