@@ -78,11 +78,15 @@ struct Client {
   Clock::time_point deadline;
 };
 
-class ControlLoop {
+}  // namespace
+
+// The loop behind ControlLoop (control_loop.h).
+class LoopState {
  public:
-  ControlLoop(Service& service, const Options& options, ControlSockets sockets)
-      : service_(service), options_(options), sockets_(std::move(sockets)) {}
-  int Run();
+  LoopState(const Options& options, ControlSockets sockets)
+      : options_(options), sockets_(std::move(sockets)) {}
+  Result<void> Open();
+  int Run(Service& service);
 
  private:
   Result<void> Add(int fd, uint32_t events);
@@ -103,7 +107,7 @@ class ControlLoop {
   bool CheckDrain();  // true: drained, or the limit passed
   int WaitMs() const;
 
-  Service& service_;
+  Service* service_ = nullptr;  // Run's
   const Options& options_;
   ControlSockets sockets_;
   UniqueFd epoll_, signals_;
@@ -119,7 +123,7 @@ class ControlLoop {
   bool done_ = false;
 };
 
-Result<void> ControlLoop::Add(int fd, uint32_t events) {
+Result<void> LoopState::Add(int fd, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
@@ -127,23 +131,23 @@ Result<void> ControlLoop::Add(int fd, uint32_t events) {
   return {};
 }
 
-int ControlLoop::Run() {
+Result<void> LoopState::Open() {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return SystemError("control loop: epoll_create1");
   sigset_t mask;
   sigemptyset(&mask);
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaddset(&mask, s);
   signals_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
-  if (!epoll_ || !signals_) {
-    Log(std::string("control loop: cannot start: ") + std::strerror(errno));
-    return 1;
-  }
+  if (!signals_) return SystemError("control loop: signalfd");
   for (int fd : {signals_.get(), sockets_.control.fd.get(), sockets_.metrics.get()}) {
     if (fd < 0) continue;
-    if (auto added = Add(fd, EPOLLIN); !added) {
-      Log("control loop: " + added.error().message());
-      return 1;
-    }
+    if (auto added = Add(fd, EPOLLIN); !added) return added.error();
   }
+  return {};
+}
+
+int LoopState::Run(Service& service) {
+  service_ = &service;
   if (options_.stats_interval_s > 0) {
     next_stats_ = Clock::now() + std::chrono::seconds(options_.stats_interval_s);
   }
@@ -172,7 +176,7 @@ int ControlLoop::Run() {
     if (!done_ && now >= next_diagnosis_) Diagnose();
     if (!done_ && now >= next_trigger_check_) CheckTrigger();
     if (now >= next_stats_) {
-      service_.PrintStats();
+      service_->PrintStats();
       next_stats_ = now + std::chrono::seconds(options_.stats_interval_s);
     }
     for (auto it = clients_.begin(); it != clients_.end();) {
@@ -183,11 +187,11 @@ int ControlLoop::Run() {
   }
   clients_.clear();
   RemoveControlSocket(sockets_.control);
-  service_.Stop();
+  service_->Stop();
   return 0;
 }
 
-int ControlLoop::WaitMs() const {
+int LoopState::WaitMs() const {
   auto until = std::min({next_stats_, next_diagnosis_, next_trigger_check_});
   if (draining_) until = std::min(until, next_drain_poll_);
   for (const auto& [fd, c] : clients_) until = std::min(until, c->deadline);
@@ -197,14 +201,14 @@ int ControlLoop::WaitMs() const {
   return static_cast<int>(std::clamp<int64_t>(left + 1, 0, 3'600'000));
 }
 
-bool ControlLoop::OnSignal() {
+bool LoopState::OnSignal() {
   signalfd_siginfo info{};
   while (read(signals_.get(), &info, sizeof info) == sizeof info) {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGINT || sig == SIGTERM) {
       const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       if (draining_) {
-        Log("drain: second signal: resetting " + std::to_string(service_.OpenConnections()) +
+        Log("drain: second signal: resetting " + std::to_string(service_->OpenConnections()) +
             " open connection(s)");
         return true;
       }
@@ -219,18 +223,18 @@ bool ControlLoop::OnSignal() {
     } else if (sig == SIGHUP) {
       Reload("SIGHUP", nullptr);
     } else if (sig == SIGUSR1) {
-      service_.PrintStats();
+      service_->PrintStats();
     }
   }
   return false;
 }
 
 // UDP associations have no end of their own to wait for: they end when the drain starts.
-void ControlLoop::BeginDrain(const std::string& /*why*/) {
+void LoopState::BeginDrain(const std::string& /*why*/) {
   draining_ = true;
   drain_started_ = Clock::now();
   next_drain_poll_ = drain_started_;
-  const uint64_t open = service_.BeginDrain();
+  const uint64_t open = service_->BeginDrain();
   const std::string seconds =
       std::to_string(options_.drain_timeout.count() / 1000.0).substr(0, 4) + " s";
   Log("drain: accepting no new connections; " + std::to_string(open) +
@@ -239,10 +243,10 @@ void ControlLoop::BeginDrain(const std::string& /*why*/) {
   ServiceNotify::Stopping("draining: " + std::to_string(open) + " open connection(s)");
 }
 
-bool ControlLoop::CheckDrain() {
+bool LoopState::CheckDrain() {
   const auto now = Clock::now();
   next_drain_poll_ = now + kDrainPoll;
-  const uint64_t open = service_.OpenConnections();
+  const uint64_t open = service_->OpenConnections();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - drain_started_);
   if (open == 0) {
     Log("drain: every connection ended (" + std::to_string(took.count()) + " ms)");
@@ -260,12 +264,12 @@ bool ControlLoop::CheckDrain() {
 
 // SIGHUP or `reload`: the access log is reopened (logrotate) and, with -c, the file is read
 // and served.
-void ControlLoop::Reload(const char* why, std::string* answer) {
+void LoopState::Reload(const char* why, std::string* answer) {
   auto say = [&](const std::string& line) {
     Log(line);
     if (answer != nullptr) *answer += line.substr(line.find(':') + 2) + "\n";
   };
-  service_.ReopenLog();
+  service_->ReopenLog();
   if (draining_) {
     say("reload: draining: nothing reloaded");
     return;
@@ -277,7 +281,7 @@ void ControlLoop::Reload(const char* why, std::string* answer) {
   ++reloads_;
   ServiceNotify::Reloading();
   auto next = LoadConfigFile(options_.config_file);
-  Result<ReloadSummary> done = next ? service_.Reload(std::move(*next)) : next.error();
+  Result<ReloadSummary> done = next ? service_->Reload(std::move(*next)) : next.error();
   if (!done) {
     ++reloads_refused_;
     say("reload: " + done.error().message() + "; the running configuration stays in place");
@@ -289,10 +293,10 @@ void ControlLoop::Reload(const char* why, std::string* answer) {
   LogDetail(std::string("reload: asked by ") + why);
   say("reload: " + options_.config_file + ": " + done->Format());
   for (const std::string& note : done->notes) say("reload: " + note);
-  ServiceNotify::Ready(service_.ReadyLine());
+  ServiceNotify::Ready(service_->ReadyLine());
 }
 
-std::string ControlLoop::Answer(std::string_view line, bool& close) {
+std::string LoopState::Answer(std::string_view line, bool& close) {
   // Words separated by blanks; case matters, as in HAProxy's.
   std::string command;
   for (size_t i = 0; i < line.size();) {
@@ -317,7 +321,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
   if (command == "show metrics") return MetricsText(report());
   if (command == "show sess") {
     std::vector<std::string> notes;
-    std::string out = FormatConnections(service_.Connections(notes));
+    std::string out = FormatConnections(service_->Connections(notes));
     for (const std::string& note : notes) out += "# " + note + "\n";
     return out;
   }
@@ -328,7 +332,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     if (ec != std::errc() || end != id_text.data() + id_text.size()) {
       return "error: shutdown session: '" + id_text + "' is not a session id (show sess)\n";
     }
-    auto done = service_.ShutdownSession(id);
+    auto done = service_->ShutdownSession(id);
     return done ? "session " + id_text + " reset\n" : "error: " + done.error().message() + "\n";
   }
   if (command == "trace trigger") {
@@ -343,7 +347,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
   if (command.rfind("trace trigger ", 0) == 0) {
     auto armed = ParseTraceTrigger(command.substr(14), MonotonicNs());
     if (!armed) return "error: " + armed.error().message() + "\n";
-    if (service_.Recordings().empty()) {
+    if (service_->Recordings().empty()) {
       return "error: trace trigger: the flight recorder is off (--tune recorder=off)\n";
     }
     trigger_ = std::move(*armed);
@@ -352,7 +356,7 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
     return "armed: " + trigger_->Describe() + "\n";
   }
   if (command.rfind("trace dump ", 0) == 0) {
-    auto dumped = service_.DumpTrace(command.substr(11));
+    auto dumped = service_->DumpTrace(command.substr(11));
     return dumped ? "wrote " + *dumped + "\n" : "error: " + dumped.error().message() + "\n";
   }
   if (command == "reload") {
@@ -363,8 +367,8 @@ std::string ControlLoop::Answer(std::string_view line, bool& close) {
   return "error: unknown command '" + command + "' (help lists them)\n";
 }
 
-ServiceReport ControlLoop::FullReport() {
-  ServiceReport r = service_.Report();
+ServiceReport LoopState::FullReport() {
+  ServiceReport r = service_->Report();
   r.reloads = reloads_;
   r.reloads_refused = reloads_refused_;
   for (const HostWarning& w : diagnosis_.active(Clock::now())) r.warnings.push_back(w.text);
@@ -373,10 +377,10 @@ ServiceReport ControlLoop::FullReport() {
 }
 
 // Only the fast path's workers are watched: the kernel path's threads are the scheduler's.
-void ControlLoop::Diagnose() {
+void LoopState::Diagnose() {
   const auto now = Clock::now();
   next_diagnosis_ = now + kDiagnosisInterval;
-  const ServiceReport r = service_.Report();
+  const ServiceReport r = service_->Report();
   if (!r.fast) {
     next_diagnosis_ = Clock::time_point::max();
     return;
@@ -384,23 +388,23 @@ void ControlLoop::Diagnose() {
   for (const HostWarning& w : diagnosis_.Check(r, now)) Log("warning: " + w.text);
 }
 
-void ControlLoop::CheckTrigger() {
+void LoopState::CheckTrigger() {
   next_trigger_check_ = Clock::now() + kTriggerInterval;
   if (!trigger_) {
     next_trigger_check_ = Clock::time_point::max();
     return;
   }
-  const std::vector<WorkerRecording> rings = service_.Recordings();
+  const std::vector<WorkerRecording> rings = service_->Recordings();
   const std::optional<std::string> fired = FindTraceTrigger(*trigger_, rings);
   if (!fired) return;
-  auto dumped = service_.DumpTrace(trigger_->file);
+  auto dumped = service_->DumpTrace(trigger_->file);
   Log("trace trigger: " + *fired + ": " +
       (dumped ? "wrote " + *dumped : "no trace: " + dumped.error().message()));
   trigger_.reset();  // one trace per arming: the moment, not what follows
   next_trigger_check_ = Clock::time_point::max();
 }
 
-void ControlLoop::Accept(int listener, ClientKind kind) {
+void LoopState::Accept(int listener, ClientKind kind) {
   for (;;) {
     UniqueFd fd(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
@@ -424,7 +428,7 @@ void ControlLoop::Accept(int listener, ClientKind kind) {
   }
 }
 
-void ControlLoop::OnClient(int fd, uint32_t events) {
+void LoopState::OnClient(int fd, uint32_t events) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
   Client& c = *it->second;
@@ -474,7 +478,7 @@ void ControlLoop::OnClient(int fd, uint32_t events) {
   if (c.fd && c.read_done && c.out.empty()) CloseClient(fd);
 }
 
-void ControlLoop::AnswerHttp(Client& c) {
+void LoopState::AnswerHttp(Client& c) {
   c.read_done = true;  // one request per connection: Connection: close
   const std::string_view request = c.in;
   const std::string_view first = request.substr(0, request.find("\r\n"));
@@ -500,7 +504,7 @@ void ControlLoop::AnswerHttp(Client& c) {
   if (first.rfind("HEAD ", 0) != 0) c.out += body;
 }
 
-void ControlLoop::Flush(Client& c) {
+void LoopState::Flush(Client& c) {
   while (!c.out.empty()) {
     const ssize_t n = send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
@@ -515,16 +519,21 @@ void ControlLoop::Flush(Client& c) {
   }
 }
 
-void ControlLoop::CloseClient(int fd) {
+void LoopState::CloseClient(int fd) {
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   clients_.erase(fd);
 }
 
-}  // namespace
+ControlLoop::ControlLoop(std::unique_ptr<LoopState> state) : state_(std::move(state)) {}
+ControlLoop::~ControlLoop() = default;
 
-int RunControlLoop(Service& service, const Options& options, ControlSockets sockets) {
-  ControlLoop loop(service, options, std::move(sockets));
-  return loop.Run();
+Result<std::unique_ptr<ControlLoop>> ControlLoop::Open(const Options& options,
+                                                       ControlSockets sockets) {
+  auto state = std::make_unique<LoopState>(options, std::move(sockets));
+  if (auto opened = state->Open(); !opened) return opened.error();
+  return std::unique_ptr<ControlLoop>(new ControlLoop(std::move(state)));
 }
+
+int ControlLoop::Run(Service& service) { return state_->Run(service); }
 
 }  // namespace xdpfwd

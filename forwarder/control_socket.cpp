@@ -79,7 +79,7 @@ Result<ControlListener> ListenControl(const std::string& path) {
 }
 
 void RemoveControlSocket(const ControlListener& listener) {
-  if (!listener.fd) return;
+  if (listener.path.empty()) return;  // none was bound
   struct stat st {};
   if (lstat(listener.path.c_str(), &st) == 0 && st.st_dev == listener.dev &&
       st.st_ino == listener.ino) {

@@ -33,7 +33,8 @@ struct ControlListener {
 // give --control PATH").
 Result<ControlListener> ListenControl(const std::string& path);
 
-// Removes the socket file if it is still the one `listener` bound (not a successor's).
+// Removes the socket file if it is still the one `listener` bound (not a successor's); the
+// listener's descriptor may be closed already.
 void RemoveControlSocket(const ControlListener& listener);
 
 // --metrics ADDR:PORT: a TCP listener for Prometheus's scrapes.

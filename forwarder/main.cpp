@@ -57,9 +57,18 @@ int Run(const Options& o) {
     Log(sockets.error().message());
     return 1;
   }
+  // The loop keeps the socket; should the service not start, its file is removed here.
+  const ControlListener control_file{UniqueFd(), sockets->control.path, sockets->control.dev,
+                                     sockets->control.ino};
+  auto loop = ControlLoop::Open(o, std::move(*sockets));
+  if (!loop) {
+    Log(loop.error().message());
+    return 1;
+  }
   auto started = Service::Start(o, o.config);
   if (!started) {
-    RemoveControlSocket(sockets->control);
+    loop->reset();  // closes the control socket; its file goes with it below
+    RemoveControlSocket(control_file);
     Log(started.error().message());
     return 1;
   }
@@ -68,7 +77,7 @@ int Run(const Options& o) {
   Log("ready: " + ready);
   ServiceNotify::Ready(ready);
   service.LogIsolation();
-  return RunControlLoop(service, o, std::move(*sockets));
+  return (*loop)->Run(service);
 }
 
 }  // namespace
