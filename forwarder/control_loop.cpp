@@ -155,6 +155,8 @@ int LoopState::Run(Service& service) {
   epoll_event events[32];
   while (!done_) {
     const int n = epoll_wait(epoll_.get(), events, 32, WaitMs());
+    // Everything below allocates: no worker is forked meanwhile (Service::HoldForks).
+    auto forks = service_->HoldForks();
     if (n < 0 && errno != EINTR) {
       Log(std::string("control loop: epoll_wait: ") + std::strerror(errno));
       break;

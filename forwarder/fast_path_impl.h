@@ -163,6 +163,11 @@ struct FastPath::Impl {
     std::chrono::steady_clock::time_point moved;
   };
   std::mutex mu;  // children, retired, snapshot requests
+  // Held around each fork (Spawn) and by the control loop while it works (FastPath::HoldForks):
+  // a child inherits every lock as it was, and a lock another thread held at the fork stays
+  // held forever in the child. glibc's malloc is safe across fork; ASan's allocator (gcc 12)
+  // is not, and a restarted worker hung in its first malloc (WorkerDeathTest under ASan).
+  std::mutex fork_mu;
   std::vector<Child> children;
   FastPathCounters retired;  // what dead workers had counted (their gauges left out)
   std::vector<RuleTotals> retired_rules;

@@ -65,7 +65,9 @@ Result<void> FastPath::Impl::Spawn(uint32_t w) {
   slot.heartbeat.store(0, std::memory_order_relaxed);
   slot.published.store(slot.wanted.load(std::memory_order_relaxed), std::memory_order_relaxed);
   std::fflush(stderr);
+  std::unique_lock forks(fork_mu);
   const pid_t pid = fork();
+  forks.unlock();  // (the child never returns here: RunWorkerProcess ends in _exit)
   if (pid < 0) return SystemError("fast path: forking worker " + std::to_string(w));
   if (pid == 0) RunWorkerProcess(*this, w);
   std::lock_guard lock(mu);
@@ -267,7 +269,9 @@ FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
   }
   // Waited for without the lock: a stopped worker keeps this waiting up to the deadline, and
   // the monitor must meanwhile be free to restart it (it takes the lock to do so).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // A worker answers within an iteration (microseconds); one that has not in 250 ms is stopped
+  // or wedged (the watchdog's business) and keeps its last numbers.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
   for (uint32_t w = 0; w < workers; ++w) {
     if (asked[w] == 0) continue;
     while (Slot(w).published.load(std::memory_order_acquire) != asked[w] &&
