@@ -15,6 +15,7 @@
 extern "C" {
 #include "lwip/pbuf.h"
 #include "lwip/tcp.h"
+#include "xdpfwd_lwip_hooks.h"
 }
 
 namespace xdpfwd {
@@ -237,6 +238,35 @@ struct Relay::Callbacks {
     return scope.result();
   }
 
+  // lwIP's TCP trouble on a leg (LWIP_HOOK_TCP_TRACE, lwIP patch 0036) onto the recorder. Only
+  // a pcb whose callbacks are ours carries a Leg: other code may share the stack (the tests').
+  static void TcpTrace(tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1) noexcept {
+    if (pcb->recv != Recv || pcb->callback_arg == nullptr) return;
+    auto* leg = static_cast<Leg*>(pcb->callback_arg);
+    Connection& c = *leg->conn;
+    RecorderEvent kind;
+    switch (what) {
+      case LWIP_TCP_TRACE_RETRANSMIT:
+        kind = RecorderEvent::kRetransmit;
+        break;
+      case LWIP_TCP_TRACE_RTO:
+        kind = RecorderEvent::kRto;
+        break;
+      case LWIP_TCP_TRACE_FAST_RECOVERY:
+        kind = RecorderEvent::kFastRecovery;
+        break;
+      case LWIP_TCP_TRACE_ZERO_WINDOW_IN:
+        kind = RecorderEvent::kZeroWindowIn;
+        break;
+      case LWIP_TCP_TRACE_ZERO_WINDOW_OUT:
+        kind = RecorderEvent::kZeroWindowOut;
+        break;
+      default:
+        return;
+    }
+    c.relay->Trace(c, kind, *leg, arg0, arg1);
+  }
+
   // The pcb is already freed by lwIP: a reset from the peer (ERR_RST), lwIP giving up on
   // retransmissions or the handshake (ERR_ABRT), or a close completed behind our back (ERR_CLSD).
   static void Err(void* arg, err_t err) noexcept {
@@ -271,6 +301,8 @@ Relay::Relay(const RelayConfig& config)
       ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.worker_ports,
                                config.flow_linger_ms}) {
   if (config.zero_copy_refs > 0) refs_ = std::make_unique<WriteRefPool>(config.zero_copy_refs);
+  // Any relay's: the function finds its relay from the pcb.
+  xdpfwd_lwip_set_tcp_trace(Callbacks::TcpTrace);
 }
 
 Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {

@@ -98,6 +98,16 @@ extern "C" u32_t xdpfwd_lwip_now_us(void) {
 
 extern "C" void xdpfwd_lwip_set_bbr(int on) { xdpfwd_tcp_cc = on ? TCP_CC_BBR : TCP_CC_LOSS_BASED; }
 
+namespace {
+xdpfwd_tcp_trace_fn g_tcp_trace = nullptr;
+}  // namespace
+
+extern "C" void xdpfwd_lwip_set_tcp_trace(xdpfwd_tcp_trace_fn fn) { g_tcp_trace = fn; }
+
+extern "C" void xdpfwd_tcp_trace(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1) {
+  if (g_tcp_trace != nullptr) g_tcp_trace(pcb, what, arg0, arg1);
+}
+
 extern "C" u32_t sys_now(void) {
   if (g_now_ms != 0) return g_now_ms;
   return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1'000'000u);

@@ -169,6 +169,9 @@
 /* Route by source address first: a reply leaves through the netif that owns the connection's
  * local address (the client side or the backend side), whatever lwIP's subnet match says. */
 #define LWIP_HOOK_IP4_ROUTE_SRC(src, dest) xdpfwd_route_by_source((src), (dest))
+/* A connection's TCP trouble (retransmission, RTO, fast recovery, zero windows; our patch 0036)
+ * for the flight recorder. */
+#define LWIP_HOOK_TCP_TRACE(pcb, what, arg0, arg1) xdpfwd_tcp_trace((pcb), (what), (arg0), (arg1))
 
 /* ---- statistics: counters and leak checks read these ---- */
 #define LWIP_STATS 1

@@ -7,6 +7,7 @@
 #include "lwip/ip_addr.h"
 
 struct netif;
+struct tcp_pcb;
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,13 @@ u32_t xdpfwd_lwip_now_us(void);
 /* The congestion controller connections created from now on use: 1 BBR (lwIP patch 0031),
  * 0 CUBIC (patch 0018). Set before the worker starts. */
 void xdpfwd_lwip_set_bbr(int on);
+
+/* A connection's TCP trouble (LWIP_HOOK_TCP_TRACE, our patch 0036: what is an LWIP_TCP_TRACE_*
+ * of lwip/priv/tcp_priv.h) goes to the function set here, if any: the relay records it. It runs
+ * inside lwIP's input and timers and must not call back into lwIP. */
+typedef void (*xdpfwd_tcp_trace_fn)(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1);
+void xdpfwd_lwip_set_tcp_trace(xdpfwd_tcp_trace_fn fn);
+void xdpfwd_tcp_trace(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1);
 
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);

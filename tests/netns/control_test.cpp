@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "os/endpoint.h"
 #include "tests/support/child_process.h"
 #include "tests/support/forwarder_process.h"
+#include "tests/support/lossy_link.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/packet_builder.h"
 #include "tests/support/tcp.h"
@@ -469,6 +471,88 @@ TEST_F(TraceTest, KernelPathRecordsToo) {
                        "first byte client->backend", "first byte backend->client",
                        "FIN from client", "FIN from backend", "connection end"});
   EXPECT_NE(text.find("terminating_flow_ids:"), std::string::npos);
+}
+
+// The names of the tracks that hold an event named `event` in a decoded trace: each packet is
+// either a track's descriptor (uuid, name) or an event (track_uuid, name).
+std::set<std::string> TracksWith(const std::string& text, const std::string& event) {
+  std::map<std::string, std::string> track_names;  // uuid -> name
+  std::vector<std::string> uuids;                  // of the tracks `event` is on
+  auto field = [](const std::string& packet, const std::string& key) {
+    const size_t at = packet.find(key);
+    if (at == std::string::npos) return std::string();
+    const size_t begin = at + key.size();
+    return packet.substr(begin, packet.find('\n', begin) - begin);
+  };
+  for (size_t at = text.find("packet {"); at != std::string::npos;) {
+    const size_t next = text.find("\npacket {", at + 1);
+    const std::string packet = text.substr(at, next == std::string::npos ? next : next - at);
+    // The descriptor's and the event's own fields, not their annotations' (indented deeper).
+    if (packet.find("track_descriptor {") != std::string::npos) {
+      track_names[field(packet, "\n    uuid: ")] = field(packet, "\n    name: \"");
+    } else if (field(packet, "\n    name: \"") == event + "\"") {
+      uuids.push_back(field(packet, "\n    track_uuid: "));
+    }
+    at = next == std::string::npos ? next : next + 1;
+  }
+  std::set<std::string> names;
+  for (const std::string& uuid : uuids) {
+    const std::string& name = track_names[uuid];
+    names.insert(name.substr(0, name.size() - 1));  // without its closing quote
+  }
+  return names;
+}
+
+// lwIP's TCP trouble on the leg it happened on (lwIP patch 0036): a client that stops reading
+// closes its window (zero window in, client leg), so the relay stops taking the backend's bytes
+// and the window we announce to the backend closes (zero window out, backend leg); then, with
+// 5% of what the client namespace receives dropped, the client leg retransmits; a backend that
+// answers no SYN for a while makes the backend leg's retransmission timer expire.
+TEST_F(TraceTest, TcpTroubleOnTheLegItHappenedOn) {
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+  constexpr uint64_t kTotal = 32u << 20;  // beyond the client's receive buffer and our windows
+  StreamStats sent;
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    sent = SendPattern(c.get(), 29, kTotal);
+  });
+  UniqueFd client = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+  // Unread, the client's buffer fills and both windows close; the server's send blocks.
+  std::this_thread::sleep_for(1s);
+  StreamStats got;
+  {
+    LossyLink loss(topo_.client_ns(), 50'000);
+    got = ReceiveAll(client.get());
+    EXPECT_GT(loss.dropped(), 0u);
+  }
+  server.join();
+  EXPECT_EQ(got.bytes, kTotal);
+  EXPECT_EQ(got.hash, sent.hash);
+
+  // A backend that answers no SYN for 1.5 s: its leg's retransmission timer expires (1 s
+  // before a round trip was timed), and the connection is made by the SYN sent again.
+  std::thread quiet_server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    EchoUntilEof(c.get());
+  });
+  {
+    auto blackhole = std::make_unique<LossyLink>(topo_.server_ns(), 1'000'000);
+    UniqueFd late = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+    std::this_thread::sleep_for(1500ms);
+    blackhole.reset();
+    ASSERT_EQ(send(late.get(), "x", 1, 0), 1);
+    char back;
+    EXPECT_EQ(recv(late.get(), &back, 1, 0), 1);
+  }
+  quiet_server.join();
+
+  ASSERT_EQ(fwd.Control("trace dump " + trace_).rfind("wrote " + trace_ + ": ", 0), 0u);
+  const std::string text = DecodeTrace(trace_);
+  EXPECT_EQ(TracksWith(text, "zero window in"), std::set<std::string>{"conn 1 client"});
+  EXPECT_EQ(TracksWith(text, "zero window out"), std::set<std::string>{"conn 1 backend"});
+  EXPECT_EQ(TracksWith(text, "retransmission"), std::set<std::string>{"conn 1 client"});
+  EXPECT_EQ(TracksWith(text, "RTO"), std::set<std::string>{"conn 2 backend"});
 }
 
 // Armed, a trigger dumps by itself when a worker does not run for longer than its bound (a
