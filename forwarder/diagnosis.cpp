@@ -72,16 +72,65 @@ std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
               t, fresh);
       }
     }
+    CheckPeers(now, over, t, fresh);
   }
   last_ = now;
   last_time_ = t;
   return fresh;
 }
 
+// Per rule, the fast path's Nagle peers (forwarder/relay.cpp, Relay::CheckNagle): a peer that
+// holds each small write back until its previous one is acknowledged waited for our delayed
+// ACK three times in a row, up to lwIP's 10 ms fast tick each (40 ms behind a Linux receiver,
+// the kernel path's too). The relay ACKs such a peer at once since; others still wait.
+void HostDiagnosis::CheckPeers(const ServiceReport& now, const std::string& over,
+                               std::chrono::steady_clock::time_point t,
+                               std::vector<HostWarning>& fresh) {
+  for (const RuleTotals& r : now.fast->rules) {
+    const RuleTotals* before = nullptr;
+    for (const RuleTotals& b : last_->fast->rules) {
+      if (b.rule_id == r.rule_id) before = &b;
+    }
+    if (before == nullptr || r.rule_id == RuleTotals::kOtherRules) continue;
+    const RuleReport* rule = nullptr;
+    for (const RuleReport& rr : now.rules) {
+      if (rr.id == r.rule_id) rule = &rr;
+    }
+    const std::string listen = rule ? rule->listen : "?", backend = rule ? rule->backend : "?";
+    const std::string which =
+        "rule " + std::to_string(r.rule_id) + ", " + listen + " -> " + backend;
+    const std::string why =
+        " waited for our delayed ACK" + over +
+        " (the Nagle/delayed-ACK stall: with Nagle on, a small write is held back until the "
+        "previous small segment is acknowledged; the fast path's ACK waits up to 10 ms, a Linux "
+        "receiver's, the kernel path's too, 40 ms). The fast path ACKs those connections' small "
+        "segments at once now;";
+    if (const uint64_t n = Grew(before->totals.backend_nagle_peers, r.totals.backend_nagle_peers);
+        n > 0) {
+      Raise({"backend_nagle_stall", -1,
+             "backend " + backend + " (" + which + "): on " + std::to_string(n) +
+                 " connection(s) its small segments" + why +
+                 " set TCP_NODELAY on the backend's sockets, or have it write each message in "
+                 "one call",
+             r.rule_id},
+            t, fresh);
+    }
+    if (const uint64_t n = Grew(before->totals.client_nagle_peers, r.totals.client_nagle_peers);
+        n > 0) {
+      Raise({"client_nagle_stall", -1,
+             "clients of " + listen + " (" + which + "): on " + std::to_string(n) +
+                 " connection(s) their small segments" + why +
+                 " set TCP_NODELAY in the client, or have it write each request in one call",
+             r.rule_id},
+            t, fresh);
+    }
+  }
+}
+
 void HostDiagnosis::Raise(HostWarning w, std::chrono::steady_clock::time_point t,
                           std::vector<HostWarning>& fresh) {
   ++raised_[w.kind];
-  auto key = std::make_pair(w.kind, w.worker);
+  auto key = std::make_tuple(w.kind, w.worker, w.rule);
   auto it = seen_.find(key);
   const bool already = it != seen_.end() && t - it->second.last < kKeep;
   seen_[key] = Seen{w, t};

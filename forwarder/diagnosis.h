@@ -1,7 +1,8 @@
-// What xdpfwd can tell is wrong with its host, from the fast-path workers' counters a few
-// seconds apart: a worker's CPU shared with other tasks (it was preempted), page faults on a
-// worker after start, AF_XDP sockets that dropped packets. Each warning says what was seen and
-// the fix; the control loop logs it, `show info` lists it, /metrics counts it.
+// What xdpfwd can tell is wrong with its host and its peers, from the fast-path workers'
+// counters a few seconds apart: a worker's CPU shared with other tasks (it was preempted), page
+// faults on a worker after start, AF_XDP sockets that dropped packets, a backend or clients
+// whose small segments wait for our delayed ACKs (Nagle on the peer). Each warning says what
+// was seen and the fix; the control loop logs it, `show info` lists it, /metrics counts it.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,10 +18,16 @@
 
 namespace xdpfwd {
 
+// Every kind of warning, as /metrics lists them (each with a count, 0 included).
+inline constexpr const char* kHostWarningKinds[] = {"worker_preempted", "worker_page_faults",
+                                                    "xsk_drops", "backend_nagle_stall",
+                                                    "client_nagle_stall"};
+
 struct HostWarning {
-  std::string kind;  // "worker_preempted", "worker_page_faults", "xsk_drops"
-  int worker = -1;
-  std::string text;  // what was seen, and the fix
+  std::string kind;   // one of kHostWarningKinds
+  int worker = -1;    // -1: not one worker's
+  std::string text;   // what was seen, and the fix
+  int64_t rule = -1;  // -1: not one rule's
 };
 
 class HostDiagnosis {
@@ -46,7 +54,10 @@ class HostDiagnosis {
 
   std::optional<ServiceReport> last_;
   std::chrono::steady_clock::time_point last_time_;
-  std::map<std::pair<std::string, int>, Seen> seen_;
+  void CheckPeers(const ServiceReport& now, const std::string& over,
+                  std::chrono::steady_clock::time_point t, std::vector<HostWarning>& fresh);
+
+  std::map<std::tuple<std::string, int, int64_t>, Seen> seen_;
   std::map<std::string, uint64_t> raised_;
 };
 

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "forwarder/diagnosis.h"
+
 namespace xdpfwd {
 namespace {
 
@@ -408,9 +410,9 @@ std::string MetricsText(const ServiceReport& r) {
   p.Family("xdpfwd_warnings", true, "warnings about the host now (show info lists them)");
   p.Sample("xdpfwd_warnings", {}, static_cast<uint64_t>(r.warnings.size()));
   p.Family("xdpfwd_warnings_raised_total", false,
-           "intervals in which the host diagnosis saw something wrong, by kind "
-           "(worker_preempted, worker_page_faults, xsk_drops)");
-  for (const char* kind : {"worker_preempted", "worker_page_faults", "xsk_drops"}) {
+           "intervals in which the host diagnosis saw something wrong with the host or a peer, "
+           "by kind (forwarder/diagnosis.h)");
+  for (const char* kind : kHostWarningKinds) {
     const auto it = r.warnings_raised.find(kind);
     p.Sample("xdpfwd_warnings_raised_total", {{"kind", kind}},
              it == r.warnings_raised.end() ? uint64_t{0} : it->second);

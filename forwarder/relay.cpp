@@ -84,9 +84,18 @@ struct Relay::Leg : ListHook<Leg, Owed> {
   bool fin_received = false;   // the peer's FIN has arrived (lwIP's recv with a null pbuf)
   bool fin_sent = false;       // our FIN is queued toward this peer
   bool backpressured = false;  // bytes from this leg wait for the other leg's room (recorded)
-  PbufQueue backlog;           // received from this leg, not yet queued on the other leg
-  uint64_t received = 0;       // bytes lwIP delivered from this leg's peer
-  uint64_t relayed = 0;        // of those, bytes queued on the other leg
+  // The Nagle/delayed-ACK stall (Relay::CheckNagle): when the peer's last bytes arrived and
+  // whether they were less than a segment, when lwIP's fast timer last sent an ACK it had held
+  // back, how many of the peer's segments in a row came right behind such an ACK, and whether
+  // the peer was found waiting for them (its small segments are ACKed at once since).
+  bool last_data_small = false;
+  bool quick_ack = false;
+  uint8_t nagle_run = 0;
+  uint64_t last_data_ns = 0;
+  uint64_t held_ack_ns = 0;
+  PbufQueue backlog;      // received from this leg, not yet queued on the other leg
+  uint64_t received = 0;  // bytes lwIP delivered from this leg's peer
+  uint64_t relayed = 0;   // of those, bytes queued on the other leg
   // While bytes wait for this leg's peer (on owed_): when the peer last acknowledged some, or
   // when they started waiting. The stall timeout counts from here.
   uint64_t progress_ms = 0;
@@ -200,6 +209,7 @@ struct Relay::Callbacks {
       return scope.result();
     }
     r.Touch(c);
+    r.CheckNagle(c, *leg, p->tot_len);
     if (leg->received == 0) {
       if (!leg->is_client) r.counters_.first_byte.Observe(r.now_ns_ - c.accepted_ns);
       r.Trace(
@@ -246,6 +256,9 @@ struct Relay::Callbacks {
     Connection& c = *leg->conn;
     RecorderEvent kind;
     switch (what) {
+      case LWIP_TCP_TRACE_DELAYED_ACK:
+        leg->held_ack_ns = c.relay->now_ns_;  // not recorded: CheckNagle reads it
+        return;
       case LWIP_TCP_TRACE_RETRANSMIT:
         kind = RecorderEvent::kRetransmit;
         break;
@@ -573,6 +586,35 @@ void Relay::Trace(const Connection& c, RecorderEvent kind, const Leg& leg, uint3
   config_.recorder->Record(now_ns_, kind, c.trace_id,
                            leg.is_client ? RecorderLeg::kClient : RecorderLeg::kBackend, arg0,
                            arg1);
+}
+
+void Relay::CheckNagle(const Connection& c, Leg& leg, uint32_t bytes) {
+  // A peer with Nagle on holds a small write back while an earlier small segment of its own is
+  // not acknowledged. lwIP acknowledges every second segment at once and a lone one at its next
+  // fast tick (TCP_TMR_INTERVAL, 10 ms), unless data going back carries the ACK first. Bytes
+  // that arrive within kAnswerNs of such a held-back ACK of a small segment may have waited for
+  // it; three times in a row, the peer did (one that paused by chance is seldom that punctual:
+  // a few percent each time). From then on this leg's small segments are ACKed at once, which
+  // costs one ACK each and saves the peer the wait; the user is told to fix the peer.
+  constexpr uint64_t kAnswerNs = 1'000'000;
+  constexpr uint8_t kRun = 3;
+  if (!leg.quick_ack && leg.last_data_small && leg.held_ack_ns > leg.last_data_ns) {
+    if (now_ns_ - leg.held_ack_ns > kAnswerNs) {
+      leg.nagle_run = 0;
+    } else if (++leg.nagle_run == kRun) {
+      leg.quick_ack = true;
+      for (RelayCounters* n : {&counters_, c.rule_counters}) {
+        RelayCounters::Add(leg.is_client ? n->client_nagle_peers : n->backend_nagle_peers);
+      }
+      const uint64_t stall_us = (now_ns_ - leg.last_data_ns) / 1000;
+      Trace(c, RecorderEvent::kNaglePeer, leg,
+            static_cast<uint32_t>(std::min<uint64_t>(stall_us, UINT32_MAX)));
+    }
+  }
+  leg.last_data_ns = now_ns_;
+  leg.last_data_small = leg.pcb != nullptr && bytes < tcp_mss(leg.pcb);
+  // lwIP sends it when this segment's tcp_input ends (its tcp_output).
+  if (leg.quick_ack && leg.last_data_small) tcp_ack_now(leg.pcb);
 }
 
 void Relay::AbortLeg(Leg& leg) {

@@ -158,6 +158,9 @@ class Relay {
   // window and `p` is a receive frame, else copied. False: lwIP took nothing (queue full).
   bool Write(tcp_pcb* to, pbuf* p, uint16_t n);
   // One event of `c` on `leg`'s side, stamped with the iteration's clock.
+  // The Nagle/delayed-ACK stall: `bytes` just received on `leg` may show its peer waiting for
+  // our delayed ACKs; once it is clear, counts it, records it and ACKs the peer at once.
+  void CheckNagle(const Connection& c, Leg& leg, uint32_t bytes);
   void Trace(const Connection& c, RecorderEvent kind, const Leg& leg, uint32_t arg0 = 0,
              uint32_t arg1 = 0);
 

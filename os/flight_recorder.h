@@ -45,7 +45,11 @@ namespace xdpfwd {
   /* The worker itself (connection 0). An iteration is recorded at its end, only if it did */    \
   /* work; a gap when the worker did not run for longer than its threshold, at the gap's end. */ \
   X(kIteration, "iteration", "packets_received", "packets_sent", "ns", "")                       \
-  X(kGap, "gap", "gap_us", "minor_faults", "major_faults", "involuntary_switches")
+  X(kGap, "gap", "gap_us", "minor_faults", "major_faults", "involuntary_switches")               \
+  /* This leg's peer held its small segments back for our delayed ACK three times in a row */    \
+  /* (Nagle on the peer); its small segments are ACKed at once from now on. stall_us: the */     \
+  /* third wait, from the segment before to the one held back. */                                \
+  X(kNaglePeer, "Nagle peer: small segments waited for our delayed ACK", "stall_us", "", "", "")
 
 enum class RecorderEvent : uint16_t {
 #define XDPFWD_RECORDER_ENUM(name, text, a0, a1, a2, a3) name,
