@@ -71,6 +71,23 @@ std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
                    "more workers (--cpus)"},
               t, fresh);
       }
+      // lwIP's pools are fixed at build time (stack/lwip/lwipopts.h), per worker. A failed
+      // allocation is a segment not queued or not kept: the relay retries it, the peer resends.
+      if (const uint64_t n = Grew(a.lwip_pool_errors, c.lwip_pool_errors); n > 0) {
+        const uint64_t segments = Grew(a.lwip_segment_errors, c.lwip_segment_errors);
+        const uint64_t pbufs = Grew(a.lwip_pbuf_pool_errors, c.lwip_pbuf_pool_errors);
+        Raise({"lwip_pool_exhausted", static_cast<int>(w.index),
+               who + ": lwIP's pools ran dry " + std::to_string(n) + " time(s)" + over +
+                   " (TCP segments " + std::to_string(segments) +
+                   ": send queues, held by peers that read slowly or not at all; pool pbufs " +
+                   std::to_string(pbufs) + ": out-of-order data; others " +
+                   std::to_string(n - segments - pbufs) +
+                   "); its connections wait for memory meanwhile. More workers (--cpus) each "
+                   "have pools of their own; --stall-timeout resets connections whose peer "
+                   "takes nothing, which frees what they hold; the pool sizes are in "
+                   "stack/lwip/lwipopts.h"},
+              t, fresh);
+      }
     }
     CheckPeers(now, over, t, fresh);
   }

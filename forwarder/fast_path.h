@@ -129,6 +129,8 @@ struct QueueRx {
   X(lwip_retransmits, counter, "retransmits")                                                      \
   X(lwip_drops, counter, "lwip_drops")                                                             \
   X(lwip_pool_errors, counter, "lwip_pool_errors")                                                 \
+  X(lwip_segment_errors, counter, "lwip_segment_errors")     /* of those: TCP segments (send) */   \
+  X(lwip_pbuf_pool_errors, counter, "lwip_pbuf_pool_errors") /* and pool pbufs (out of order) */   \
   X(oow_acks, counter, "oow_acks") /* RelayState's: spoofed-segment storms */                      \
   X(oow_acks_limited, counter, "oow_acks_limited")                                                 \
   X(ooseq_dropped, counter, "ooseq_dropped") /* RelayState's: holes left by peers */               \

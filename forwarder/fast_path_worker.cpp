@@ -280,6 +280,8 @@ void WorkerProcess::Publish() {
   s.ooseq_acks_sent_late = w.ooseq_acks_sent_late;
   s.lwip_drops = w.lwip_ip_drops + w.lwip_tcp_drops;
   s.lwip_pool_errors = w.lwip_memp_errors + w.lwip_heap_errors;
+  s.lwip_segment_errors = w.lwip_segment_errors;
+  s.lwip_pbuf_pool_errors = w.lwip_pbuf_pool_errors;
   // Release: the numbers above are written before the control process may read them.
   slot_.published.store(slot_.wanted.load(std::memory_order_relaxed), std::memory_order_release);
 }

@@ -149,6 +149,8 @@ WorkerStats Worker::stats() const {
   s.ooseq_acks_held = tcp_ooseq_acks_held;
   s.ooseq_acks_sent_late = tcp_ooseq_acks_released;
   for (int i = 0; i < MEMP_MAX; ++i) s.lwip_memp_errors += lwip_stats.memp[i]->err;
+  s.lwip_segment_errors = lwip_stats.memp[MEMP_TCP_SEG]->err;
+  s.lwip_pbuf_pool_errors = lwip_stats.memp[MEMP_PBUF_POOL]->err;
   s.lwip_heap_errors = lwip_stats.mem.err;
   return s;
 }

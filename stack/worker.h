@@ -30,6 +30,9 @@ struct WorkerStats {
   // retransmissions, and pool allocation failures.
   uint64_t lwip_ip_drops = 0, lwip_tcp_drops = 0, lwip_tcp_retransmits = 0;
   uint64_t lwip_memp_errors = 0, lwip_heap_errors = 0;
+  // Of lwip_memp_errors: the TCP segment pool (send queues) and the pbuf pool (out-of-order
+  // data), the two that traffic can drain.
+  uint64_t lwip_segment_errors = 0, lwip_pbuf_pool_errors = 0;
   // HoldOutOfOrderAcks: out-of-order segments whose ACK waited, and the held ACKs sent a
   // round later (the rest were said by an ACK that went out meanwhile, or owed nothing).
   uint64_t ooseq_acks_held = 0, ooseq_acks_sent_late = 0;

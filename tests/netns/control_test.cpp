@@ -2,6 +2,7 @@
 // command after scripted traffic (values the traffic must have moved), `xdpfwd ctl`'s exit
 // status, /metrics checked by promtool, reload over the socket, the socket's file (in use,
 // stale, mode, removed at exit), and answers while draining.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -626,6 +627,48 @@ TEST_F(TraceTest, NaglePeerIsNamedAndAckedAtOnce) {
   EXPECT_EQ(
       TracksWith(DecodeTrace(trace_), "Nagle peer: small segments waited for our delayed ACK"),
       std::set<std::string>{"conn 2 backend"});
+}
+
+// 600 connections whose clients read nothing while their backends send: what waits for the
+// clients fills lwIP's TCP segment pool (65,536 segments per worker) until an allocation fails;
+// the host diagnosis says which pool ran dry, with the fix. Then the clients read it all.
+TEST_F(TraceTest, PoolExhaustionIsNamedWithItsFix) {
+  ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort));
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+  constexpr int kStalled = 600;
+  std::vector<UniqueFd> clients, servers;
+  for (int i = 0; i < kStalled; ++i) {
+    clients.push_back(TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort));
+    servers.emplace_back(accept(listener.get(), nullptr, nullptr));
+    ASSERT_TRUE(servers.back()) << strerror(errno);
+    const int flags = fcntl(servers.back().get(), F_GETFL);
+    ASSERT_EQ(fcntl(servers.back().get(), F_SETFL, flags | O_NONBLOCK), 0);
+  }
+  // Each backend sends until its socket takes no more: the path to its client is full.
+  const std::string chunk(64 << 10, 'x');
+  std::vector<uint64_t> sent(kStalled, 0);
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < kStalled; ++i) {
+      const ssize_t n = send(servers[i].get(), chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n > 0) sent[i] += static_cast<uint64_t>(n);
+    }
+  }
+  ASSERT_TRUE(fwd.WaitForOutput("lwIP's pools ran dry", 6s)) << fwd.output();
+  const auto stats = fwd.Stats();
+  EXPECT_GT(ForwarderProcess::Get(stats, "fast.lwip_segment_errors"), 0u);
+  const std::string info = fwd.Control("show info");
+  EXPECT_NE(info.find("warning: worker 0 "), std::string::npos) << info;
+  EXPECT_NE(info.find("More workers (--cpus)"), std::string::npos) << info;
+  const auto raised = Sample(fwd.Control("show metrics"),
+                             "xdpfwd_warnings_raised_total{kind=\"lwip_pool_exhausted\"}");
+  ASSERT_TRUE(raised.has_value());
+  EXPECT_GE(std::stoull(*raised), 1u);
+
+  // Nothing was lost: every client reads what its backend sent.
+  for (UniqueFd& s : servers) shutdown(s.get(), SHUT_WR);
+  for (int i = 0; i < kStalled; ++i) {
+    EXPECT_EQ(ReceiveAll(clients[i].get()).bytes, sent[i]) << "connection " << i;
+  }
 }
 
 // Armed, a trigger dumps by itself when a worker does not run for longer than its bound (a
