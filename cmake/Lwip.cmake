@@ -8,6 +8,8 @@ if(NOT EXISTS "${_lwip}/src/core/tcp_in.c")
     "package), or point -DXDPFWD_LWIP_DIR at an lwIP 2.1 tree.")
 endif()
 
+# scripts/lwip-series-check reads this list (from "set(_lwip_core" to the first ")") to build
+# every prefix of our patch series: keep it one plain list of paths under src/.
 set(_lwip_core
   core/init.c core/def.c core/inet_chksum.c core/ip.c core/mem.c core/memp.c core/netif.c
   core/pbuf.c core/stats.c core/sys.c core/timeouts.c core/tcp.c core/tcp_in.c core/tcp_out.c
