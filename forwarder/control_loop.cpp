@@ -63,6 +63,8 @@ constexpr const char* kHelp =
     "                 (FILE: an absolute path; open it at ui.perfetto.dev)\n"
     "  trace trigger gap DURATION FILE      dump by itself when a worker does not run\n"
     "  trace trigger connect DURATION FILE  ... when a backend takes that long to connect\n"
+    "  trace trigger first-byte DURATION FILE  ... when a connection's first byte back\n"
+    "                 takes that long from its handshake\n"
     "  trace trigger [off]  the armed trigger, or none\n"
     "  reload         read the configuration file again and serve it (as SIGHUP)\n"
     "  help           this list\n"

@@ -169,8 +169,9 @@ struct RelaySeries {
   std::vector<Field> fields;
 };
 
-// Relay counters as families named `prefix`...: accepted, open and bytes by name, every other
-// counter a way a connection ended (relay_counters.h), one family with a `how` label.
+// Relay counters as families named `prefix`...: accepted, open, bytes and Nagle peers by name,
+// every other counter a way a connection ended (relay_counters.h), one family with a `how`
+// label.
 void RelayFamilies(Prometheus& p, const std::string& prefix, std::string_view whose,
                    const std::vector<RelaySeries>& series) {
   auto family = [&](const std::string& name, bool gauge, const std::string& help, auto pick) {
@@ -197,12 +198,24 @@ void RelayFamilies(Prometheus& p, const std::string& prefix, std::string_view wh
     if (f.name == "bytes_to_client") return Labels(Prometheus::Labels{{"direction", "to_client"}});
     return Labels();
   });
+  family("nagle_peers_total", false,
+         "connection legs whose peer held small segments back for our delayed ACK (Nagle on "
+         "the peer; fast path), by side",
+         [](const Field& f) {
+           if (f.name == "client_nagle_peers")
+             return Labels(Prometheus::Labels{{"side", "client"}});
+           if (f.name == "backend_nagle_peers") {
+             return Labels(Prometheus::Labels{{"side", "backend"}});
+           }
+           return Labels();
+         });
   family("connections_ended_total", false,
          "connections that ended, by how (completed, refused, reset, timed out: "
          "forwarder/relay_counters.h says what each counts)",
          [](const Field& f) {
            if (f.name == "accepted" || f.name == "active" || f.name == "bytes_to_backend" ||
-               f.name == "bytes_to_client") {
+               f.name == "bytes_to_client" || f.name == "client_nagle_peers" ||
+               f.name == "backend_nagle_peers") {
              return Labels();
            }
            return Labels(Prometheus::Labels{{"how", std::string(f.name)}});
@@ -232,29 +245,44 @@ void RelayMetrics(Prometheus& p, const ServiceReport& r) {
   }
   RelayFamilies(p, "xdpfwd_", "", per_path);
   RelayFamilies(p, "xdpfwd_rule_", ", per rule", per_rule);
-  // Histograms: cumulative buckets with upper bounds in seconds, then the sum and the count.
-  auto histogram = [&](const std::string& name, std::string_view help, auto pick) {
+  // Histograms, per path and per rule: cumulative buckets with upper bounds in seconds, then
+  // the sum and the count.
+  std::vector<std::pair<Prometheus::Labels, const RelayTotals*>> path_totals, rule_totals;
+  for (const auto& [path, totals] : paths) path_totals.push_back({{{"path", path}}, totals});
+  for (const auto& [path, list] : rules) {
+    for (const RuleTotals& t : *list) {
+      rule_totals.push_back({{{"path", path}, {"rule", RuleText(t.rule_id)}}, &t.totals});
+    }
+  }
+  auto histogram = [&](const std::string& name, std::string_view help, auto pick,
+                       const std::vector<std::pair<Prometheus::Labels, const RelayTotals*>>& of) {
     p.Family(name, "histogram", help);
-    for (const auto& [path, totals] : paths) {
+    for (const auto& [labels, totals] : of) {
       const LatencyHistogram& h = pick(*totals);
       uint64_t below = 0;
       for (int i = 0; i < kLatencyBuckets; ++i) {
         below += h.buckets[i];
-        p.Sample(name + "_bucket",
-                 {{"path", path},
-                  {"le", i + 1 < kLatencyBuckets ? Decimal(LatencyBucketSeconds(i)) : "+Inf"}},
-                 below);
+        Prometheus::Labels with_le = labels;
+        with_le.push_back(
+            {"le", i + 1 < kLatencyBuckets ? Decimal(LatencyBucketSeconds(i)) : "+Inf"});
+        p.Sample(name + "_bucket", with_le, below);
       }
-      p.Sample(name + "_sum", {{"path", path}}, static_cast<double>(h.sum_ns) / 1e9);
-      p.Sample(name + "_count", {{"path", path}}, h.count);
+      p.Sample(name + "_sum", labels, static_cast<double>(h.sum_ns) / 1e9);
+      p.Sample(name + "_count", labels, h.count);
     }
   };
-  histogram("xdpfwd_connect_seconds",
-            "from the client's connection taken to the backend leg established",
-            [](const RelayTotals& t) -> const LatencyHistogram& { return t.connect; });
-  histogram("xdpfwd_first_byte_seconds",
-            "from the client's connection taken to the backend's first byte",
-            [](const RelayTotals& t) -> const LatencyHistogram& { return t.first_byte; });
+  auto connect = [](const RelayTotals& t) -> const LatencyHistogram& { return t.connect; };
+  auto first_byte = [](const RelayTotals& t) -> const LatencyHistogram& { return t.first_byte; };
+  constexpr std::string_view kConnectHelp =
+      "from the client's connection taken to the backend leg established";
+  constexpr std::string_view kFirstByteHelp =
+      "from the client's connection taken to the backend's first byte";
+  histogram("xdpfwd_connect_seconds", kConnectHelp, connect, path_totals);
+  histogram("xdpfwd_first_byte_seconds", kFirstByteHelp, first_byte, path_totals);
+  histogram("xdpfwd_rule_connect_seconds", std::string(kConnectHelp) + ", per rule", connect,
+            rule_totals);
+  histogram("xdpfwd_rule_first_byte_seconds", std::string(kFirstByteHelp) + ", per rule",
+            first_byte, rule_totals);
 }
 
 void FastPathMetrics(Prometheus& p, const ServiceReport& r) {

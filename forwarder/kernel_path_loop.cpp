@@ -495,8 +495,10 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
 void Loop::OnConnected(Connection& c) {
   c.connecting = false;
   c.since = now_;
-  counters_.relay.connect.Observe(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
+  const auto connect_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
+  counters_.relay.connect.Observe(connect_ns);
+  c.rule_counters->connect.Observe(connect_ns);
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), connecting_, c.self);
   Relay(c);  // bytes the client sent meanwhile
@@ -543,8 +545,10 @@ void Loop::Relay(Connection& c) {
   Add(counters_.relay.bytes_to_client, down.bytes);
   Add(c.rule_counters->bytes_to_client, down.bytes);
   if (c.bytes_out == 0 && down.bytes > 0) {
-    counters_.relay.first_byte.Observe(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count()));
+    const auto first_byte_ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
+    counters_.relay.first_byte.Observe(first_byte_ns);
+    c.rule_counters->first_byte.Observe(first_byte_ns);
     Trace(c, RecorderEvent::kFirstByteToClient, RecorderLeg::kBackend,
           static_cast<uint32_t>(down.bytes));
   }

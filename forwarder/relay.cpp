@@ -177,6 +177,7 @@ struct Relay::Callbacks {
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
+    c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
     r.connecting_.Remove(c);
     r.Touch(c);
@@ -211,7 +212,10 @@ struct Relay::Callbacks {
     r.Touch(c);
     r.CheckNagle(c, *leg, p->tot_len);
     if (leg->received == 0) {
-      if (!leg->is_client) r.counters_.first_byte.Observe(r.now_ns_ - c.accepted_ns);
+      if (!leg->is_client) {
+        r.counters_.first_byte.Observe(r.now_ns_ - c.accepted_ns);
+        c.rule_counters->first_byte.Observe(r.now_ns_ - c.accepted_ns);
+      }
       r.Trace(
           c,
           leg->is_client ? RecorderEvent::kFirstByteToBackend : RecorderEvent::kFirstByteToClient,

@@ -20,8 +20,10 @@ std::string Milliseconds(uint64_t ns) {
 }  // namespace
 
 std::string TraceTrigger::Describe() const {
-  return std::string(kind == Kind::kGap ? "a worker gap" : "a backend connect") + " of " +
-         Milliseconds(bound_ns) + " or more -> " + file;
+  const char* what = kind == Kind::kGap       ? "a worker gap"
+                     : kind == Kind::kConnect ? "a backend connect"
+                                              : "a first byte back";
+  return std::string(what) + " of " + Milliseconds(bound_ns) + " or more -> " + file;
 }
 
 Result<TraceTrigger> ParseTraceTrigger(std::string_view words, uint64_t now_ns) {
@@ -31,13 +33,17 @@ Result<TraceTrigger> ParseTraceTrigger(std::string_view words, uint64_t now_ns) 
     if (end > i) w.emplace_back(words.substr(i, end - i));
     i = end + 1;
   }
-  if (w.size() != 3 || (w[0] != "gap" && w[0] != "connect")) {
-    return Error{{}, "trace trigger: expected 'gap DURATION FILE' or 'connect DURATION FILE'"};
+  if (w.size() != 3 || (w[0] != "gap" && w[0] != "connect" && w[0] != "first-byte")) {
+    return Error{{},
+                 "trace trigger: expected 'gap DURATION FILE', 'connect DURATION FILE' or "
+                 "'first-byte DURATION FILE'"};
   }
   auto bound = ParseDuration(w[1]);
   if (!bound) return Error{{}, "trace trigger: " + bound.error().message()};
   TraceTrigger t;
-  t.kind = w[0] == "gap" ? TraceTrigger::Kind::kGap : TraceTrigger::Kind::kConnect;
+  t.kind = w[0] == "gap"       ? TraceTrigger::Kind::kGap
+           : w[0] == "connect" ? TraceTrigger::Kind::kConnect
+                               : TraceTrigger::Kind::kFirstByte;
   t.bound_ns = static_cast<uint64_t>(bound->count()) * 1'000'000u;
   if (t.kind == TraceTrigger::Kind::kGap && t.bound_ns < Worker::kGapNs) {
     return Error{{}, "trace trigger: the workers record gaps of 1 ms and more: give 1ms or more"};
@@ -56,8 +62,12 @@ Result<TraceTrigger> ParseTraceTrigger(std::string_view words, uint64_t now_ns) 
 std::optional<std::string> FindTraceTrigger(const TraceTrigger& t,
                                             std::span<const WorkerRecording> rings) {
   for (const WorkerRecording& ring : rings) {
-    // A connection's handshake with the client: where its connect time starts.
+    // A connection's handshake with the client: where its connect time and its first byte's
+    // wait start.
     std::unordered_map<uint32_t, uint64_t> accepted;
+    const RecorderEvent ends = t.kind == TraceTrigger::Kind::kConnect
+                                   ? RecorderEvent::kBackendEstablished
+                                   : RecorderEvent::kFirstByteToClient;
     for (const RecorderRecord& r : ring.snapshot.records) {
       const auto kind = static_cast<RecorderEvent>(r.kind);
       if (t.kind == TraceTrigger::Kind::kGap) {
@@ -69,11 +79,14 @@ std::optional<std::string> FindTraceTrigger(const TraceTrigger& t,
       }
       if (kind == RecorderEvent::kClientEstablished) {
         accepted[r.connection] = r.monotonic_ns;
-      } else if (kind == RecorderEvent::kBackendEstablished && r.monotonic_ns > t.armed_ns) {
+      } else if (kind == ends && r.monotonic_ns > t.armed_ns) {
         const auto it = accepted.find(r.connection);
         if (it != accepted.end() && r.monotonic_ns - it->second >= t.bound_ns) {
-          return ring.name + ": connection " + std::to_string(r.connection) + "'s backend took " +
-                 Milliseconds(r.monotonic_ns - it->second) + " to establish";
+          return ring.name + ": connection " + std::to_string(r.connection) +
+                 (t.kind == TraceTrigger::Kind::kConnect ? "'s backend took "
+                                                         : "'s first byte back took ") +
+                 Milliseconds(r.monotonic_ns - it->second) +
+                 (t.kind == TraceTrigger::Kind::kConnect ? " to establish" : " from its handshake");
         }
       }
     }

@@ -1,8 +1,9 @@
 // A trace written by itself when something slow happens, magic-trace style: armed with
-// `xdpfwd ctl trace trigger gap 5ms FILE` (a worker that did not run for that long) or
-// `... connect 100ms FILE` (a backend slower than that to establish), it fires on the first
-// such event recorded after it was armed, and the control loop dumps every flight recorder,
-// which still holds the seconds before it.
+// `xdpfwd ctl trace trigger gap 5ms FILE` (a worker that did not run for that long),
+// `... connect 100ms FILE` (a backend slower than that to establish) or `... first-byte 100ms
+// FILE` (a connection whose first byte back took that long from its handshake), it fires on the
+// first such event recorded after it was armed, and the control loop dumps every flight
+// recorder, which still holds the seconds before it.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 namespace xdpfwd {
 
 struct TraceTrigger {
-  enum class Kind { kGap, kConnect };
+  enum class Kind { kGap, kConnect, kFirstByte };
   Kind kind = Kind::kGap;
   uint64_t bound_ns = 0;
   std::string file;              // absolute path
@@ -25,7 +26,8 @@ struct TraceTrigger {
   std::string Describe() const;  // "a gap of 5 ms or more -> /tmp/x.pftrace"
 };
 
-// "gap 5ms /tmp/x.pftrace" or "connect 100ms /tmp/x.pftrace", armed at `now_ns`. A gap shorter
+// "gap 5ms /tmp/x.pftrace", "connect 100ms /tmp/x.pftrace" or "first-byte 100ms
+// /tmp/x.pftrace", armed at `now_ns`. A gap shorter
 // than the workers record (1 ms) is refused, as is a relative file.
 Result<TraceTrigger> ParseTraceTrigger(std::string_view words, uint64_t now_ns);
 

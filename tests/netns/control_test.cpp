@@ -301,6 +301,8 @@ TEST_P(ControlTest, MetricsHoldEveryCounterOfTheStatsLine) {
                        metrics.find("_" + base + "_total{") != std::string::npos ||
                        metrics.find("_" + base + " ") != std::string::npos ||
                        metrics.find("_" + base + "_total ") != std::string::npos ||
+                       (name.ends_with("_nagle_peers") &&
+                        metrics.find("xdpfwd_nagle_peers_total{") != std::string::npos) ||
                        name == "accepted" || name == "active" || name.starts_with("bytes_to_");
     EXPECT_TRUE(found) << name << " is in the stats line but not in /metrics";
     ++checked;
@@ -604,11 +606,10 @@ TEST_F(TraceTest, NaglePeerIsNamedAndAckedAtOnce) {
   stats = fwd.Stats();
   EXPECT_EQ(fwd.Relay(stats, "backend_nagle_peers"), 1u);
   EXPECT_EQ(fwd.Relay(stats, "client_nagle_peers"), 0u);  // one write per request
-  // Three stalls find the peer, then none: at most a few more from the machine's noise (each
-  // of 60 would stall without the quick ACK).
+  // Three stalls find the peer (each 0-10 ms: the fast tick's phase), then none: at most a few
+  // more from the machine's noise (each of 60 stalls without the quick ACK).
   std::cerr << "exchanges of 5 ms or more: " << slow_nodelay << " with TCP_NODELAY, " << slow_nagle
             << " with Nagle on\n";
-  EXPECT_GE(slow_nagle, 3);
   EXPECT_LE(slow_nagle, 10);
 
   ASSERT_TRUE(fwd.WaitForOutput("its small segments waited for our delayed ACK", 6s))

@@ -302,11 +302,14 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
     Conn& c = conns[i];
     c.pattern = PatternStream(static_cast<uint64_t>(i) + 1);
     c.fd = TcpConnect(topo.client_ns(), topo.client_gw(), kPort);
-    // 30 s: a dead worker's client that has had everything acknowledged waits that long for an
-    // echo that never comes (the backend's side below), and a survivor may need more than 10 s:
+    // 60 s: a dead worker's client that has had everything acknowledged waits that long for an
+    // echo that never comes (the backend's side below), and a survivor may need more than 30 s:
     // a window update lost while the queue was unserved leaves the sender to its backed-off
-    // zero-window probes (measured: 2 survivors of 24 still waiting after 10 s in 1 of 7 runs).
-    BoundWaits(c.fd.get());
+    // zero-window probes (measured: 2 survivors of 24 still waiting after 10 s in 1 of 7 runs),
+    // and a backend whose segments met the unserved queue backs off its retransmissions
+    // (under ASan in a full run, with the restart slow: one survivor's backend at backoff 7,
+    // its next resend 19 s away, when the 30 s bound this had failed the test).
+    BoundWaits(c.fd.get(), 60);
     SendSome(c.fd.get(), c.pattern, c.sent, kHalf);
     ReceiveSome(c.fd.get(), c.echoed, kHalf);
     ASSERT_EQ(c.echoed.value(), c.sent.value()) << "connection " << i;
@@ -378,8 +381,8 @@ TEST_P(WorkerDeathTest, TakesOnlyItsOwnConnections) {
   for (std::thread& t : streams) t.join();
   // On a failure, the counters as they are now (why a connection ended: the reset reasons).
   auto counters_now = [&fwd] {
-    fwd.Stats();
-    return fwd.output();
+    return fwd.output() + "--- show counters:\n" + fwd.Control("show counters") +
+           "--- show workers:\n" + fwd.Control("show workers");
   };
   EXPECT_EQ(completed.load(), kept) << why << counters_now() << PeerSockets(topo);
   EXPECT_EQ(failed.load(), lost) << fwd.output();

@@ -29,8 +29,8 @@ std::string Describe(const std::exception_ptr& e) {
 
 }  // namespace
 
-void BoundWaits(int fd) {
-  const timeval limit{30, 0};
+void BoundWaits(int fd, int seconds) {
+  const timeval limit{seconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
 }

@@ -15,9 +15,9 @@
 
 namespace xdpfwd::test {
 
-// Bounds blocking recv/send on fd (30 s) so that a relay bug fails a helper (it throws on the
-// timeout) instead of hanging the test.
-void BoundWaits(int fd);
+// Bounds blocking recv/send on fd (30 s unless told) so that a relay bug fails a helper (it
+// throws on the timeout) instead of hanging the test.
+void BoundWaits(int fd, int seconds = 30);
 
 // A serve function: echoes until the client's end of stream, then shuts down its write side.
 // A reset from the forwarder (ECONNRESET, EPIPE, ENOTCONN) also ends it quietly: for tests in

@@ -37,6 +37,7 @@ ServiceReport SampleReport() {
   total.relay.active = 2;
   total.relay.completed = 5;
   total.relay.bytes_to_backend = 4096;
+  total.relay.backend_nagle_peers = 3;
   total.worker_busy_ns = 1'500'000'000;
   total.flows = 9;
   total.rx_packets = 30;
@@ -122,6 +123,9 @@ TEST(MetricsText, NamesLabelsAndUnits) {
   EXPECT_TRUE(HasLine(t, "xdpfwd_connections_ended_total{path=\"kernel\",how=\"client_reset\"} 1"));
   EXPECT_TRUE(
       HasLine(t, "xdpfwd_relayed_bytes_total{path=\"fast\",direction=\"to_backend\"} 4096"));
+  // Nagle peers are legs, not ways a connection ended.
+  EXPECT_TRUE(HasLine(t, "xdpfwd_nagle_peers_total{path=\"fast\",side=\"backend\"} 3"));
+  EXPECT_EQ(t.find("how=\"backend_nagle_peers\""), std::string::npos);
   // Per worker, nanoseconds as seconds; the control process's own counters unlabelled.
   EXPECT_TRUE(HasLine(t, "xdpfwd_fast_path_rx_packets_total{worker=\"1\"} 20"));
   EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_fast_path_worker_busy_seconds_total counter"));
@@ -240,6 +244,12 @@ TEST(MetricsText, PerRuleFamilies) {
   EXPECT_TRUE(HasLine(t,
                       "xdpfwd_rule_relayed_bytes_total{path=\"fast\",rule=\"0\",direction="
                       "\"to_backend\"} 4096"));
+  // The latency histograms per rule too: rule 0 holds the fast path's four connect times.
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_rule_connect_seconds histogram"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_rule_connect_seconds_count{path=\"fast\",rule=\"0\"} 4"));
+  EXPECT_TRUE(
+      HasLine(t, "xdpfwd_rule_connect_seconds_bucket{path=\"fast\",rule=\"0\",le=\"+Inf\"} 4"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_rule_first_byte_seconds_count{path=\"kernel\",rule=\"1\"} 0"));
 }
 
 TEST(InfoText, SaysWhatRunsAndWhatIsWrong) {

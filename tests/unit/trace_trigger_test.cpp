@@ -68,5 +68,22 @@ TEST(TraceTrigger, ConnectFiresOnTheSlowBackendOnly) {
                                   Event(99 * ms, RecorderEvent::kBackendEstablished, 1)})));
 }
 
+TEST(TraceTrigger, FirstByteFiresOnTheSlowAnswerOnly) {
+  auto t = ParseTraceTrigger("first-byte 100ms /tmp/x", 0);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->Describe(), "a first byte back of 100.0 ms or more -> /tmp/x");
+  const uint64_t ms = 1'000'000;
+  // Connection 1's backend connected late but answered in time; connection 2's answer was late.
+  const auto rings = Rings({Event(1 * ms, RecorderEvent::kClientEstablished, 1),
+                            Event(2 * ms, RecorderEvent::kClientEstablished, 2),
+                            Event(90 * ms, RecorderEvent::kBackendEstablished, 1),
+                            Event(95 * ms, RecorderEvent::kFirstByteToClient, 1),
+                            Event(3 * ms, RecorderEvent::kBackendEstablished, 2),
+                            Event(130 * ms, RecorderEvent::kFirstByteToClient, 2)});
+  const auto fired = FindTraceTrigger(*t, rings);
+  ASSERT_TRUE(fired);
+  EXPECT_EQ(*fired, "worker 0: connection 2's first byte back took 128.0 ms from its handshake");
+}
+
 }  // namespace
 }  // namespace xdpfwd
