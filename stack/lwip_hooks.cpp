@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 
 #include "os/clock.h"
+#include "stack/siphash.h"
 
 extern "C" {
 #include "lwip/netif.h"
@@ -20,44 +20,6 @@ extern "C" {
 }
 
 namespace {
-
-uint64_t Rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
-
-// SipHash-2-4 of two 64-bit words: a keyed PRF, so peers cannot predict our ISNs.
-uint64_t SipHash24(const uint64_t key[2], uint64_t m0, uint64_t m1) {
-  uint64_t v0 = 0x736f6d6570736575ULL ^ key[0];
-  uint64_t v1 = 0x646f72616e646f6dULL ^ key[1];
-  uint64_t v2 = 0x6c7967656e657261ULL ^ key[0];
-  uint64_t v3 = 0x7465646279746573ULL ^ key[1];
-  // clang-format off: the SipHash round reads best in its customary four-line layout.
-  auto round = [&] {
-    v0 += v1;
-    v1 = Rotl(v1, 13);
-    v1 ^= v0;
-    v0 = Rotl(v0, 32);
-    v2 += v3;
-    v3 = Rotl(v3, 16);
-    v3 ^= v2;
-    v0 += v3;
-    v3 = Rotl(v3, 21);
-    v3 ^= v0;
-    v2 += v1;
-    v1 = Rotl(v1, 17);
-    v1 ^= v2;
-    v2 = Rotl(v2, 32);
-  };
-  // clang-format on
-  const uint64_t last = uint64_t{16} << 56;  // message length in the top byte
-  for (uint64_t m : {m0, m1, last}) {
-    v3 ^= m;
-    round();
-    round();
-    v0 ^= m;
-  }
-  v2 ^= 0xff;
-  for (int i = 0; i < 4; ++i) round();
-  return v0 ^ v1 ^ v2 ^ v3;
-}
 
 const uint64_t* IsnKey() {
   static const auto* key = [] {
@@ -119,7 +81,7 @@ extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,
   const uint64_t ports = (uint64_t{local_port} << 16) | remote_port;
   // RFC 6528's M: a timer ticking every 4 microseconds.
   const uint64_t ticks = xdpfwd::MonotonicNs() / 4000u;
-  return static_cast<u32_t>(ticks + SipHash24(IsnKey(), addrs, ports));
+  return static_cast<u32_t>(ticks + xdpfwd::SipHash24(IsnKey(), addrs, ports));
 }
 
 extern "C" struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t*) {

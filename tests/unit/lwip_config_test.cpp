@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "stack/siphash.h"
 #include "stack/worker.h"
 
 extern "C" {
@@ -123,6 +124,20 @@ TEST(LwipIsn, DiffersAcrossTuplesAndIsNotConstant) {
   EXPECT_NE(x, y);
   EXPECT_NE(x, z);
   EXPECT_NE(y, z);
+}
+
+// The hash behind those ISNs is SipHash-2-4: the authors' reference vector for a 16-byte message
+// (vectors.h of the SipHash reference code, vectors_sip64[16]: key 00..0f, message 00..0f, the
+// tag db 9b c2 57 7f cc 2a 3f, least significant byte first).
+TEST(LwipIsn, HashIsSipHash24ByItsReferenceVector) {
+  const uint64_t bytes_0_to_7 = 0x0706050403020100ULL, bytes_8_to_15 = 0x0f0e0d0c0b0a0908ULL;
+  const uint64_t key[2] = {bytes_0_to_7, bytes_8_to_15};
+  EXPECT_EQ(xdpfwd::SipHash24(key, bytes_0_to_7, bytes_8_to_15), 0x3f2acc7f57c29bdbULL);
+  // One bit of the key or the message changes the tag.
+  const uint64_t other_key[2] = {bytes_0_to_7 ^ 1, bytes_8_to_15};
+  EXPECT_NE(xdpfwd::SipHash24(other_key, bytes_0_to_7, bytes_8_to_15), 0x3f2acc7f57c29bdbULL);
+  EXPECT_NE(xdpfwd::SipHash24(key, bytes_0_to_7, bytes_8_to_15 ^ (1ULL << 63)),
+            0x3f2acc7f57c29bdbULL);
 }
 
 }  // namespace
