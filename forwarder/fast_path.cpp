@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "forwarder/fast_path_impl.h"
@@ -20,82 +18,12 @@
 #include "os/clock.h"
 #include "os/cpu_list.h"
 #include "os/log.h"
-#include "stack/neighbor.h"
 #include "stack/packet_tx.h"
 #include "stack/worker.h"
 #include "stack/worker_handoff.h"
 
 namespace xdpfwd {
 namespace {
-
-// A rule's [src=ADDR] replaces --backend-source for its backend legs.
-std::vector<in_addr> RuleSources(const Rule& rule, const FastPathConfig& config) {
-  if (rule.source.is_ipv4()) return {rule.source.ipv4().addr};
-  return config.backend_sources;
-}
-
-// The backend's next hop, resolved by the kernel now, on the starting thread: the first
-// connection's SYN then finds it in the kernel's table, where it would otherwise wait on the
-// worker for a resolution (NextHopCache::kRetryMs). Peers that send us a SYN or SYN-ACK are
-// learned from it; nothing sends before our first SYN to a backend.
-void PrimeNextHop(const std::string& ifname, in_addr next_hop) {
-  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
-  if (ifindex == 0) return;
-  if (auto mac = ResolveNeighbor(ifindex, next_hop, std::chrono::milliseconds(500)); !mac) {
-    Log("fast path: next hop " + ToString(next_hop) + " on " + ifname + " not resolved yet (" +
-        mac.error().message() + "); the first connection waits for it");
-  }
-}
-
-// The kernel's real RX queue count (sysfs lists rx-N for each; `ethtool -L` changes it). An
-// AF_XDP socket can bind to each of them and to no other.
-uint32_t RxQueueCount(const std::string& ifname) {
-  std::error_code ec;
-  uint32_t n = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator("/sys/class/net/" + ifname + "/queues", ec)) {
-    if (e.path().filename().string().rfind("rx-", 0) == 0) ++n;
-  }
-  return n;
-}
-
-}  // namespace
-
-namespace {
-
-Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name, in_addr addr,
-                                        in_addr gateway) {
-  for (auto& i : impl.ifaces) {
-    if (i->name != name) continue;
-    if (i->addr.s_addr != addr.s_addr) {
-      return Error{
-          {},
-          name + ": the fast path answers on one address per interface, and rules need both " +
-              ToString(i->addr) + " and " + ToString(addr) + " there"};
-    }
-    if (gateway.s_addr != 0) i->gateway = gateway;
-    return i.get();
-  }
-  auto i = std::make_unique<FastPathInterface>();
-  i->name = name;
-  i->addr = addr;
-  i->gateway = gateway;
-  i->ifindex = static_cast<int>(if_nametoindex(name.c_str()));
-  if (i->ifindex == 0) return SystemError("interface " + name);
-  // Every RX queue gets a socket in some worker: a packet on a queue without one would reach
-  // the kernel, which has no listener (a refused client) and no socket for a backend leg's
-  // return traffic.
-  i->queues = std::max<uint32_t>(RxQueueCount(name), 1);
-  if (i->queues > STEER_MAX_QUEUES) {
-    return Error{{},
-                 name + ": " + std::to_string(i->queues) + " RX queues, above the " +
-                     std::to_string(STEER_MAX_QUEUES) +
-                     " the steering program serves; lower them with: ethtool -L " + name +
-                     " combined N (veth: rx N tx N)"};
-  }
-  impl.ifaces.push_back(std::move(i));
-  return impl.ifaces.back().get();
-}
 
 // Attaches the steering program and settles what every worker's ports on this interface will
 // be, from one probe socket on queue 0 (closed again: each worker opens its own).
@@ -206,65 +134,12 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     impl->backend_ports = {config.backend_ports};
   }
 
-  struct Sides {
-    FastPathInterface* client;
-    FastPathInterface* backend;
-  };
-  std::vector<Sides> sides;
-  std::set<std::pair<std::string, uint32_t>> primed;  // next hops resolved so far
+  std::vector<RulePlace> places;
   for (const Rule& rule : config.rules) {
-    const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
-    if (!rule.listen.is_ipv4() || !rule.backend.is_ipv4()) {
-      return Error{{}, what + ": the fast path is IPv4 only (use --path kernel or auto)"};
-    }
-    const Endpoint listen = rule.listen.ipv4();
-    const Endpoint backend = rule.backend.ipv4();
-    if (rule.listen.is_any()) {
-      return Error{{}, what + ": the fast path needs a concrete listen address, not 0.0.0.0"};
-    }
-    std::string listen_if = config.listen_iface;
-    if (listen_if.empty()) {
-      auto holder = InterfaceWithAddress(listen.addr);
-      if (!holder) return Error{{}, what + ": " + holder.error().message()};
-      listen_if = holder->second;
-    }
-    auto route = LookupRoute(backend.addr);
-    if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
-    std::string backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
-    if (backend_if == route->ifname && primed.insert({backend_if, route->next_hop.s_addr}).second) {
-      PrimeNextHop(backend_if, route->next_hop);  // once per next hop: it may wait 500 ms
-    }
-    in_addr source = route->prefsrc;
-    if (backend_if == listen_if) source = listen.addr;
-    if (source.s_addr == 0) {
-      return Error{{},
-                   what + ": the kernel's route to " + ToString(backend.addr) + " via " +
-                       backend_if + " has no source address"};
-    }
-    auto client_side = GetInterface(*impl, listen_if, listen.addr, in_addr{});
-    if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
-    auto backend_side = GetInterface(*impl, backend_if, source, route->gateway);
-    if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
-    // --backend-source (or the rule's [src=ADDR]): each address must be the kernel's on the
-    // backend-side interface, so the kernel answers ARP for it; lwIP answers TCP on it.
-    const char* source_option = rule.source.is_ipv4() ? "[src=]" : "--backend-source";
-    for (in_addr extra : RuleSources(rule, config)) {
-      auto holder = InterfaceWithAddress(extra);
-      if (!holder || holder->second != backend_if) {
-        return Error{{},
-                     what + ": " + source_option + " " + ToString(extra) +
-                         " is not an address of " + backend_if +
-                         " (the interface toward the backend); add it with: ip addr " + "add " +
-                         ToString(extra) + "/32 dev " + backend_if};
-      }
-      auto& aliases = (*backend_side)->aliases;
-      if (extra.s_addr != source.s_addr &&
-          std::none_of(aliases.begin(), aliases.end(),
-                       [&](in_addr a) { return a.s_addr == extra.s_addr; })) {
-        aliases.push_back(extra);
-      }
-    }
-    sides.push_back({*client_side, *backend_side});
+    auto place = PlaceRule(*impl, rule, /*starting=*/true);
+    if (!place) return place.error();
+    impl->PrimeOnce(*place);
+    places.push_back(*place);
   }
 
   // Workers: one per --cpus CPU, or as many as the interface with the fewest queues has. A
@@ -327,24 +202,6 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   for (auto& i : impl->ifaces) {
     if (auto r = OpenInterface(*impl, *i); !r) return r.error();
   }
-  for (size_t k = 0; k < config.rules.size(); ++k) {
-    const Rule& rule = config.rules[k];
-    RelayRule rr;
-    rr.id = rule.id;
-    rr.listen = rule.listen.ipv4();
-    rr.backend = rule.backend.ipv4();
-    rr.access = rule.access;
-    rr.backend_sources = RuleSources(rule, config);
-    if (rr.backend_sources.empty()) rr.backend_sources = {sides[k].backend->addr};
-    rr.client_side = sides[k].client->steer.get();
-    rr.backend_side = sides[k].backend->steer.get();
-    if (auto r = sides[k].client->steer->AddListener(rr.listen.addr, rr.listen.port, rule.id); !r) {
-      return r.error();
-    }
-    impl->steered_listeners.push_back({sides[k].client->steer.get(), rr.listen});
-    impl->relay_rules.push_back(rr);
-  }
-
   // The workers' shared memory (forwarder/worker_memory.h): its header, then each region.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   WorkerMemoryPlan plan;
@@ -358,6 +215,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     plan.recorder_bytes = FlightRecorder::MemoryBytes(Impl::kRecorderRecords);
   }
   plan.table_bytes = sizeof(WorkerConnectionTable);
+  plan.rules_bytes = WorkerRuleTable::kMemoryBytes;
   const WorkerMemoryHeader layout = plan.Layout(page);
   auto shared = SharedMemory::Create("xdpfwd-workers", layout.total_bytes);
   if (!shared) return shared.error();
@@ -380,6 +238,22 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     if (auto r = WorkerHandoff::Format(impl->Rings(), rings, impl->workers); !r) {
       return r.error();
     }
+  }
+  // The rules, before any worker reads them.
+  WorkerRuleTable::Format(impl->RuleMemory());
+  if (auto r =
+          impl->RuleTable().Write(impl->WorkerRules(config.rules, places, config.global_access));
+      !r) {
+    return r.error();
+  }
+  // The steering program takes each rule's clients once every worker listens for them.
+  for (size_t k = 0; k < config.rules.size(); ++k) {
+    const Endpoint listen = config.rules[k].listen.ipv4();
+    FastPathInterface& client = *impl->ifaces[places[k].client];
+    if (auto r = client.steer->AddListener(listen.addr, listen.port, config.rules[k].id); !r) {
+      return r.error();
+    }
+    impl->steered_listeners.push_back({client.steer.get(), listen});
   }
   impl->children.resize(impl->workers);
   for (uint32_t w = 0; w < impl->workers; ++w) {
@@ -469,6 +343,7 @@ std::string FastPath::SteerCountersLine() const {
 
 void FastPath::StopAccepting() {
   if (!impl_ || impl_->stopped) return;
+  impl_->accepting = false;
   while (!impl_->steered_listeners.empty()) {
     StopAccepting(impl_->steered_listeners.back().listen);
   }

@@ -198,8 +198,20 @@ class FastPath {
   // (refused there unless the kernel path listens), while the flows of open connections stay
   // steered to their workers.
   void StopAccepting();
-  // The same for one listen address (a rule a reload removed or changed).
+  // The same for one listen address.
   void StopAccepting(const Endpoint& listen);
+  // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (IPv4 TCP rules
+  // with a concrete listen address), empty if the running workers can take it, else why not (an
+  // interface not attached at start, another gateway or a new source address there, more listen
+  // addresses than a worker's lwIP holds). Changes nothing.
+  std::vector<std::string> CheckRules(const std::vector<Rule>& rules);
+  // SetRules: serves exactly `rules` (each one CheckRules took) and `global_access` from now on.
+  // Listen addresses that go stop being steered first; every worker takes the new rules (a
+  // bounded wait); then new listen addresses are steered to them. A listen address kept is never
+  // rebound, and open connections keep the rule they began with. An error says what did not go
+  // as planned; everything else is in place.
+  Result<void> SetRules(const std::vector<Rule>& rules,
+                        const std::vector<AccessPattern>& global_access);
   // The access log's events the workers recorded since the last call (log_sessions), appended
   // to `out`; from one thread at a time (the log's writer).
   void DrainSessions(std::vector<SessionEvent>& out);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -23,6 +24,7 @@
 #include "forwarder/relay.h"
 #include "forwarder/session_ring.h"
 #include "forwarder/worker_memory.h"
+#include "forwarder/worker_rules.h"
 #include "os/flight_recorder.h"
 #include "os/shared_memory.h"
 #include "stack/lwip_netif.h"
@@ -48,6 +50,16 @@ struct FastPathInterface {
   bool multi_buffer = false;
   std::string tx_status;
   bool packet_tx = false;
+};
+
+// Where one rule's clients arrive and its backend legs leave: indexes into FastPath::Impl's
+// interfaces, and the backend's next hop (primed in the kernel's neighbour table once).
+struct RulePlace {
+  size_t client = 0;
+  size_t backend = 0;
+  std::string backend_if;
+  in_addr next_hop{};
+  bool prime = false;  // the route's own interface: its next hop is resolved at once
 };
 
 enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };
@@ -98,6 +110,10 @@ struct WorkerSlot {
   } queues[kMaxWorkerQueues];
   uint32_t rule_count;
   RuleTotals rules[kMaxWorkerRules];
+  // The rule table's generation this worker serves (forwarder/worker_rules.h), and how many of
+  // its rules lwIP refused to listen for then (its log says which).
+  std::atomic<uint64_t> rules_applied;
+  uint32_t rules_refused;
   char error[512];  // kFailed: why, for the control process's message
 };
 static_assert(std::atomic<WorkerState>::is_always_lock_free &&
@@ -109,14 +125,17 @@ struct FastPath::Impl {
   std::vector<int> cpus;     // one per worker, -1: not pinned
   bool cpus_chosen = false;  // picked by xdpfwd (the least busy), not given with --cpus
   std::vector<std::unique_ptr<FastPathInterface>> ifaces;
-  std::vector<RelayRule> relay_rules;
   // Each rule's listener entry in its client-side interface's steering program (StopAccepting
-  // removes them).
+  // removes them; a reload adds and removes them).
   struct SteeredListener {
     SteerProgram* steer;
     Endpoint listen;
   };
   std::vector<SteeredListener> steered_listeners;
+  bool accepting = true;  // false once StopAccepting() took every listener away (a drain)
+  std::set<std::pair<std::string, uint32_t>> primed;  // next hops resolved so far
+  void PrimeOnce(const RulePlace& place);
+  std::mutex rules_mu;  // one SetRules at a time
   std::vector<PortRange> backend_ports;
   uint32_t max_connections_per_worker = 0;
   pid_t control_pid = 0;
@@ -153,6 +172,12 @@ struct FastPath::Impl {
     return *reinterpret_cast<WorkerConnectionTable*>(Part(layout().tables, w));
   }
   std::mutex tables_mu;  // one `show sess` or shutdown at a time
+  // The rules every worker serves (forwarder/worker_rules.h).
+  uint8_t* RuleMemory() const { return Part(layout().rules); }
+  WorkerRuleTable RuleTable() const { return WorkerRuleTable(RuleMemory()); }
+  // `rules` as the workers take them (places: each rule's, same order).
+  WorkerRuleSet WorkerRules(const std::vector<Rule>& rules, const std::vector<RulePlace>& places,
+                            const std::vector<AccessPattern>& global_access) const;
 
   struct Child {
     pid_t pid = -1;         // -1: not running (exited, being restarted)
@@ -192,6 +217,12 @@ struct FastPath::Impl {
   FastPathSnapshot Collect(std::vector<FastPathSnapshot>* each);  // each: per worker, or null
   void CountFlows(FastPathSnapshot& s) const;
 };
+
+// Where `rule`'s clients arrive and its backend legs leave, from the kernel's addresses and
+// routes. `starting`: interfaces may still be added and learn their gateway and --backend-source
+// aliases; after that (a reload) they are fixed, and a rule that would change one is refused
+// with why (fast_path_rules.cpp).
+Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool starting);
 
 // The worker process's life after the fork: ports, lwIP, relay, the busy-poll loop until the
 // control process says stop (or is gone), then a clean teardown. Never returns.

@@ -55,6 +55,10 @@ class WorkerProcess {
   void ServeTable(uint64_t now_ns);
   // The ports of `relay` config's worker_ports: this worker's share of each backend's ports.
   std::vector<uint16_t> PortsToward(in_addr source, const Endpoint& backend) const;
+  // The shared rule table's rules as the relay serves them, on this process's interfaces.
+  std::vector<RelayRule> RelayRules(const std::vector<WorkerRule>& rules) const;
+  // A reload: the table's generation moved since the relay took it.
+  void TakeRules();
 
   FastPath::Impl& impl_;
   const uint32_t index_;
@@ -67,8 +71,10 @@ class WorkerProcess {
   Worker worker_;
   std::unique_ptr<Relay> relay_;
   std::atomic<bool> stop_{false};
-  uint64_t listing_ = 0;  // the listing being copied (its `wanted`); 0: none
-  uint32_t listed_ = 0;   // rows copied so far
+  WorkerRuleTable rule_table_{impl_.RuleMemory()};
+  uint64_t rules_generation_ = 0;  // the table's generation the relay serves
+  uint64_t listing_ = 0;           // the listing being copied (its `wanted`); 0: none
+  uint32_t listed_ = 0;            // rows copied so far
 };
 
 // Rows a listing copies per iteration: a few microseconds of a worker's time (a pcb's fields
@@ -131,6 +137,36 @@ std::vector<uint16_t> WorkerProcess::PortsToward(in_addr source, const Endpoint&
   return SliceOfPorts(impl_.backend_ports, index_, impl_.workers);
 }
 
+std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& rules) const {
+  std::vector<RelayRule> out;
+  for (const WorkerRule& w : rules) {
+    if (w.client_iface >= impl_.ifaces.size() || w.backend_iface >= impl_.ifaces.size()) continue;
+    const FastPathInterface& backend_side = *impl_.ifaces[w.backend_iface];
+    RelayRule rr;
+    rr.id = w.id;
+    rr.listen = w.listen;
+    rr.backend = w.backend;
+    rr.access = w.access;
+    rr.backend_sources = w.sources;
+    if (rr.backend_sources.empty()) rr.backend_sources = {backend_side.addr};
+    rr.client_side = impl_.ifaces[w.client_iface]->steer.get();
+    rr.backend_side = backend_side.steer.get();
+    out.push_back(std::move(rr));
+  }
+  return out;
+}
+
+void WorkerProcess::TakeRules() {
+  auto copy = rule_table_.Read();
+  if (!copy) return;  // being written: the next iteration reads it
+  auto r = relay_->SetRules(RelayRules(copy->set.rules), copy->set.global_access);
+  if (!r) Log("worker " + std::to_string(index_) + ": reload: " + r.error().message());
+  slot_.rules_refused = r ? 0 : 1;
+  rules_generation_ = copy->generation;
+  // Release: rules_refused before the control process reads the generation as taken.
+  slot_.rules_applied.store(rules_generation_, std::memory_order_release);
+}
+
 Result<void> WorkerProcess::Setup() {
   for (size_t k = 0; k < impl_.ifaces.size(); ++k) {
     FastPathInterface& i = *impl_.ifaces[k];
@@ -171,10 +207,15 @@ Result<void> WorkerProcess::Setup() {
     recorder_ = FlightRecorder::Attach(ring);
     worker_.SetRecorder(&recorder_);
   }
+  // The rules as the control process last wrote them (a worker restarted after a reload serves
+  // the reloaded ones); a write under way is over in microseconds.
+  std::optional<WorkerRuleTable::Copy> rules;
+  for (int tries = 0; tries < 1000 && !(rules = rule_table_.Read()); ++tries) usleep(1000);
+  if (!rules) return Error{{}, "the rule table in shared memory cannot be read"};
   RelayConfig rc;
-  rc.rules = impl_.relay_rules;
+  rc.rules = RelayRules(rules->set.rules);
   if (recorder_.attached()) rc.recorder = &recorder_;
-  rc.global_access = impl_.config.global_access;
+  rc.global_access = rules->set.global_access;
   if (impl_.layout().session_rings.present()) {
     sessions_.emplace(SessionRing::Attach(impl_.SessionRingMemory(index_)));
     rc.sessions = &*sessions_;
@@ -193,6 +234,8 @@ Result<void> WorkerProcess::Setup() {
   auto r = Relay::Create(rc);
   if (!r) return r.error();
   relay_ = std::move(*r);
+  rules_generation_ = rules->generation;
+  slot_.rules_applied.store(rules_generation_, std::memory_order_release);
   return {};
 }
 
@@ -298,6 +341,7 @@ void WorkerProcess::Run() {
       Publish();
     }
     ServeTable(now_ns);
+    if (rule_table_.generation() != rules_generation_) TakeRules();
     if (slot_.stop.load(std::memory_order_relaxed)) stop_.store(true, std::memory_order_relaxed);
     if (now_ns >= next_parent_check_ns) {
       next_parent_check_ns = now_ns + 250'000'000u;

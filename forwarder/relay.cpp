@@ -326,31 +326,100 @@ Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   std::unique_ptr<Relay> relay(new Relay(config));
   relay->now_ns_ = MonotonicNs();
   relay->now_ms_ = relay->now_ns_ / 1'000'000u;
-  for (const RelayRule& rule : relay->config_.rules) {
-    if (auto r = relay->Listen(rule); !r) return r.error();
-  }
+  relay->config_.rules.clear();  // rules_ holds them from here on
+  if (auto r = relay->SetRules(config.rules, config.global_access); !r) return r.error();
   return relay;
 }
 
-Result<void> Relay::Listen(const RelayRule& rule) {
+// A listen address kept keeps its lwIP listener (no rebind, no SYN lost): it serves the rule's
+// new version from its next client on, while its open connections keep the version they began
+// with. Versions no listener serves go once their last connection has ended (RetireRules).
+Result<void> Relay::SetRules(const std::vector<RelayRule>& rules,
+                             const std::vector<AccessPattern>& global_access) {
+  config_.global_access = global_access;
+  auto same_address = [](const Endpoint& a, const Endpoint& b) {
+    return a.addr.s_addr == b.addr.s_addr && a.port == b.port;
+  };
+  // Listen addresses no rule has any more: closed first, so that a rule may move between them.
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    const bool kept = std::any_of(rules.begin(), rules.end(), [&](const RelayRule& r) {
+      return same_address(r.listen, (*it)->rule->listen);
+    });
+    if (kept) {
+      ++it;
+      continue;
+    }
+    CloseListener(**it);
+    it = listeners_.erase(it);
+  }
+  std::string failed;
+  for (const RelayRule& rule : rules) {
+    auto listener = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) {
+      return same_address(l->rule->listen, rule.listen);
+    });
+    if (listener != listeners_.end() && (*listener)->rule->id == rule.id) continue;
+    rules_.push_back(std::make_unique<RelayRule>(rule));
+    rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
+    if (listener != listeners_.end()) {
+      (*listener)->rule = rules_.back().get();
+      (*listener)->rule_counters = rule_counters_.back().second.get();
+    } else if (auto r = Listen(*rules_.back(), *rule_counters_.back().second); !r) {
+      failed += (failed.empty() ? "" : "; ") + r.error().message();
+    }
+  }
+  RetireRules();
+  if (!failed.empty()) return Error{{}, failed};
+  return {};
+}
+
+void Relay::CloseListener(Listener& l) {
+  tcp_arg(l.pcb, nullptr);
+  tcp_accept(l.pcb, nullptr);
+  tcp_close(l.pcb);
+  l.pcb = nullptr;
+}
+
+void Relay::RetireRules() {
+  size_t kept = 0;
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const RelayRule* rule = rules_[i].get();
+    const bool listened = std::any_of(listeners_.begin(), listeners_.end(),
+                                      [&](const auto& l) { return l->rule == rule; });
+    if (!listened && rule_counters_[i].second->active.load(std::memory_order_relaxed) == 0) {
+      continue;  // freed below, with its counters
+    }
+    if (kept != i) {
+      rules_[kept] = std::move(rules_[i]);
+      rule_counters_[kept] = std::move(rule_counters_[i]);
+    }
+    ++kept;
+  }
+  rules_.resize(kept);
+  rule_counters_.resize(kept);
+  retiring_ = rules_.size() > listeners_.size();
+}
+
+Result<void> Relay::Listen(const RelayRule& rule, RelayCounters& counters) {
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) return Error{{}, "lwIP: no pcb for a listener (MEMP_NUM_TCP_PCB)"};
-  const ip_addr_t addr = LwipAddress(rule.listen.addr);
-  if (const err_t e = tcp_bind(pcb, &addr, rule.listen.port); e != ERR_OK) {
-    tcp_close(pcb);
-    return Error{{}, "lwIP: bind " + ToString(rule.listen) + ": " + lwip_strerr(e)};
-  }
+  // Not tcp_bind: it refuses a port that connections still use (lwIP has no SO_REUSEADDR in
+  // our build), and a reload that gives back a listen address it removed finds that address's
+  // connections still open, or in TIME_WAIT. Listen addresses are unique among the relay's
+  // listeners (SetRules closes what goes first), and segments of open connections find their
+  // own pcbs before any listener, as a Linux listener with SO_REUSEADDR.
+  lwip_pcb::SetLocalEndpoint(pcb, rule.listen.addr, rule.listen.port);
   err_t e = ERR_OK;
   tcp_pcb* listening = tcp_listen_with_backlog_and_err(pcb, TCP_DEFAULT_LISTEN_BACKLOG, &e);
   if (listening == nullptr) {
     tcp_close(pcb);
-    return Error{{}, "lwIP: listen " + ToString(rule.listen) + ": " + lwip_strerr(e)};
+    return Error{{},
+                 "lwIP: listen " + ToString(rule.listen) + ": " + lwip_strerr(e) +
+                     " (at most MEMP_NUM_TCP_PCB_LISTEN listen addresses a worker)"};
   }
   auto listener = std::make_unique<Listener>();
   listener->relay = this;
   listener->rule = &rule;
-  rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
-  listener->rule_counters = rule_counters_.back().second.get();
+  listener->rule_counters = &counters;
   listener->pcb = listening;
   tcp_arg(listening, listener.get());
   tcp_accept(listening, Callbacks::Accept);
@@ -698,6 +767,7 @@ bool Relay::Tick(uint64_t now_ms, uint64_t now_ns) {
   if (now_ms >= next_service_ms_) {
     next_service_ms_ = now_ms + kServiceIntervalMs;
     ServeWatched();
+    if (retiring_) RetireRules();  // after finished_: no connection of theirs is left
     worked = true;
   }
   return worked;
@@ -856,11 +926,7 @@ Relay::~Relay() {
   while (!live_.empty()) Reset(*live_.front(), counters_.shutdown_reset);
   for (Connection* c : finished_) delete c;
   finished_.clear();
-  for (auto& l : listeners_) {
-    tcp_arg(l->pcb, nullptr);
-    tcp_accept(l->pcb, nullptr);
-    tcp_close(l->pcb);
-  }
+  for (auto& l : listeners_) CloseListener(*l);
   listeners_.clear();
   // ledger_'s destructor removes the flow entries still lingering.
 }

@@ -91,6 +91,12 @@ class Relay {
  public:
   // Listens on every rule's address (lwIP), on the calling (worker) thread.
   static Result<std::unique_ptr<Relay>> Create(const RelayConfig& config);
+  // Serves `rules` from now on (a reload): a listen address that stays keeps its listener and
+  // takes its new clients under the rule now given for it; one that goes stops accepting while
+  // its connections finish; a new one is listened on. Open connections keep the rule they began
+  // with. An error names the listen addresses lwIP refused; the other rules are served.
+  Result<void> SetRules(const std::vector<RelayRule>& rules,
+                        const std::vector<AccessPattern>& global_access);
   // Resets every open connection, closes the listeners and removes every flow entry the relay
   // is responsible for.
   ~Relay();
@@ -117,7 +123,8 @@ class Relay {
   bool Shutdown(uint32_t id);
 
   const RelayCounters& counters() const { return counters_; }
-  // Each rule's share of counters(), by Rule::id, in the order of RelayConfig::rules.
+  // Each rule's share of counters(), by Rule::id, in the order the rules came (a rule a reload
+  // removed stays until its last connection has ended).
   const std::vector<std::pair<uint32_t, std::unique_ptr<RelayCounters>>>& rule_counters() const {
     return rule_counters_;
   }
@@ -136,7 +143,10 @@ class Relay {
   struct Owed;        // legs with bytes waiting for their peer, least recent progress first
 
   explicit Relay(const RelayConfig& config);
-  Result<void> Listen(const RelayRule& rule);
+  Result<void> Listen(const RelayRule& rule, RelayCounters& counters);
+  void CloseListener(Listener& listener);
+  // Frees the rules no listener serves and no connection uses any more.
+  void RetireRules();
   int Accept(Listener& listener, tcp_pcb* pcb);
   std::atomic<uint64_t>* StartBackend(Connection& c);
   void Pump(Connection& c, Leg& from, Leg& to);
@@ -166,7 +176,10 @@ class Relay {
 
   RelayConfig config_;
   RelayCounters counters_;
+  // Every rule version still served or used, and its counters (same index).
+  std::vector<std::unique_ptr<RelayRule>> rules_;
   std::vector<std::pair<uint32_t, std::unique_ptr<RelayCounters>>> rule_counters_;
+  bool retiring_ = false;  // some version waits for its last connection (Tick retires it)
   std::unique_ptr<WriteRefPool> refs_;  // declared before anything whose teardown frees pcbs
   uint64_t bytes_referenced_ = 0;
   FlowLedger ledger_;  // after the connections are reset, removes what they left lingering

@@ -320,22 +320,31 @@ Result<ReloadSummary> Service::Reload(Config next) {
   // Known to the access log before any path can report a connection of a new id.
   if (log_) log_->AddRules(next.rules);
 
-  // The fast path's workers hold their rules and global access lists from their start: it
-  // keeps serving the rules that did not change, and hands the others to the kernel path.
-  std::vector<Rule> fast_keep;
-  for (const Rule& r : fast_rules_) {
-    if (HasId(next.rules, r.id) && !access_changed) fast_keep.push_back(r);
-  }
-  const bool fast_loses_new =
-      std::any_of(stream_rules.begin(), stream_rules.end(),
-                  [&](const Rule& r) { return FastEligible(r) && !HasId(fast_keep, r.id); });
-  if (options_.path == PathChoice::kXdp) {
-    if (fast_loses_new || fast_keep.size() != stream_rules.size()) {
-      return Error{{},
-                   "--path xdp: the fast path cannot yet take new or changed rules, or new "
-                   "global allow/deny lines, into its running workers: restart xdpfwd, or run "
-                   "with --path auto (the kernel path then serves them until a restart)"};
+  // The fast path takes every IPv4 rule its running workers can serve (FastPath::CheckRules:
+  // the interfaces it attached at start); the others go to the kernel path until a restart, or
+  // with --path xdp refuse the reload.
+  std::vector<Rule> fast_next;
+  std::vector<std::string> fast_refused;
+  std::vector<Rule> eligible;
+  std::copy_if(stream_rules.begin(), stream_rules.end(), std::back_inserter(eligible),
+               FastEligible);
+  if (fast_) {
+    const std::vector<std::string> why_not = fast_->CheckRules(eligible);
+    for (size_t k = 0; k < eligible.size(); ++k) {
+      if (why_not[k].empty()) {
+        fast_next.push_back(eligible[k]);
+      } else {
+        fast_refused.push_back(why_not[k]);
+      }
     }
+  }
+  if (options_.path == PathChoice::kXdp && fast_next.size() != stream_rules.size()) {
+    std::string why = !fast_refused.empty() ? fast_refused.front()
+                      : fast_ ? "the fast path takes IPv4 TCP rules with a concrete listen "
+                                "address only; use --path auto or kernel for the others"
+                              : "the fast path did not start (no TCP rule it could serve): a "
+                                "restart starts it";
+    return Error{{}, "--path xdp: " + why};
   }
   // The kernel path: every stream rule (auto and kernel modes).
   if (options_.path != PathChoice::kXdp) {
@@ -347,19 +356,13 @@ Result<ReloadSummary> Service::Reload(Config next) {
     }
   }
   if (fast_) {
-    for (const Rule& r : fast_rules_) {
-      if (!HasId(fast_keep, r.id)) fast_->StopAccepting(r.listen.ipv4());
+    if (auto r = fast_->SetRules(fast_next, next.access); !r) {
+      summary.notes.push_back("fast path: " + r.error().message());
     }
-    fast_rules_ = fast_keep;
-    if (fast_loses_new) {
-      summary.notes.push_back(
-          "new and changed IPv4 rules are served by the kernel path until a restart (the fast "
-          "path does not yet take rules into running workers)");
-    }
-    if (access_changed) {
-      summary.notes.push_back(
-          "the global allow/deny lines changed: every rule is served by the kernel path until a "
-          "restart");
+    fast_rules_ = fast_next;
+    fast_access_ = next.access;
+    for (const std::string& why : fast_refused) {
+      summary.notes.push_back(why + ": served by the kernel path until a restart");
     }
   }
   // The datagram relay: restarted when its rules changed (its associations end).

@@ -11,7 +11,7 @@
 namespace xdpfwd {
 
 inline constexpr uint32_t kWorkerMemoryMagic = 0x57504458;  // "XDPW" in memory
-inline constexpr uint16_t kWorkerMemoryVersion = 1;
+inline constexpr uint16_t kWorkerMemoryVersion = 2;         // 2: the rule table
 
 // One region: `count` parts of `bytes_each`, back to back (count 1 for a shared one); 0 bytes:
 // not there (the access log's rings without a logfile, the recorder when off).
@@ -26,15 +26,16 @@ struct WorkerMemoryRegion {
 
 // What each region holds (forwarder/fast_path_impl.h has the types): a worker's slot (counters,
 // heartbeat, state), the hand-off rings between workers, each worker's access log ring, its
-// flight recorder and its connection table for `show sess`.
+// flight recorder and its connection table for `show sess`, and the rules every worker serves
+// (forwarder/worker_rules.h).
 struct WorkerMemoryHeader {
   uint32_t magic = kWorkerMemoryMagic;
   uint16_t version = kWorkerMemoryVersion;
   uint16_t workers = 0;
   uint64_t total_bytes = 0;
-  WorkerMemoryRegion slots, handoff, session_rings, recorders, tables;
+  WorkerMemoryRegion slots, handoff, session_rings, recorders, tables, rules;
 };
-static_assert(sizeof(WorkerMemoryHeader) == 136);
+static_assert(sizeof(WorkerMemoryHeader) == 160);
 
 // The sizes each region needs (0: none); the header comes first, on a page of its own.
 struct WorkerMemoryPlan {
@@ -44,6 +45,7 @@ struct WorkerMemoryPlan {
   size_t session_ring_bytes = 0;  // per worker
   size_t recorder_bytes = 0;      // per worker
   size_t table_bytes = 0;         // per worker
+  size_t rules_bytes = 0;         // all workers together
 
   // Lays the regions out after the header, each part rounded up to `page`.
   WorkerMemoryHeader Layout(size_t page) const {
@@ -62,6 +64,7 @@ struct WorkerMemoryPlan {
     place(h.session_rings, session_ring_bytes, workers);
     place(h.recorders, recorder_bytes, workers);
     place(h.tables, table_bytes, workers);
+    place(h.rules, rules_bytes, 1);
     h.total_bytes = at;
     return h;
   }

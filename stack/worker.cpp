@@ -31,6 +31,8 @@ void InitLwipOnce() {
 
 uint32_t LwipConnectionCapacity() { return (MEMP_NUM_TCP_PCB - 1024) / 2; }
 
+uint32_t LwipListenerCapacity() { return MEMP_NUM_TCP_PCB_LISTEN; }
+
 void Worker::HoldOutOfOrderAcks(bool on) { tcp_ooseq_ack_hold = on ? 1 : 0; }
 
 bool Worker::RunOnce() {

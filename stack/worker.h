@@ -94,5 +94,7 @@ void InitLwipOnce();
 // Relayed connections lwIP's pcb pool holds (two pcbs each, MEMP_NUM_TCP_PCB in lwipopts.h,
 // less a margin for legs released at the next slow tick).
 uint32_t LwipConnectionCapacity();
+// Listen addresses one lwIP holds (MEMP_NUM_TCP_PCB_LISTEN).
+uint32_t LwipListenerCapacity();
 
 }  // namespace xdpfwd

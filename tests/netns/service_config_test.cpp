@@ -35,6 +35,8 @@ using namespace std::chrono_literals;
 
 // Ports inside this test's own topology only.
 constexpr uint16_t kOpenPort = 9000, kAllowListPort = 9001, kDenyPort = 9002, kUdpPort = 9003;
+// A listen address on the root namespace's loopback: an interface the fast path never attaches.
+constexpr uint16_t kLoopbackPort = 29001;
 constexpr uint16_t kBackendPort = 9100, kUdpBackendPort = 9103;
 
 std::string ReadFile(const std::string& path) {
@@ -380,8 +382,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, DrainTest, ::testing::Values("xdp", "kernel"),
 // SIGHUP reloads, through the binary: 100 reloads that change one rule and add and remove a
 // third, while connections open and close on both remaining rules and 1 GiB goes through one
 // of them; no connection fails, every byte arrives, and a file that does not parse leaves the
-// running rules in place. Auto runs the fast path beside the kernel path (a changed rule moves
-// to the kernel path); kernel runs the kernel path alone.
+// running rules in place. With xdp and auto the fast path's running workers take every new and
+// changed rule (no connection reaches the kernel path); kernel runs the kernel path alone.
 class ReloadTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -469,6 +471,13 @@ TEST_P(ReloadTest, HundredReloadsUnderLoadLoseNothing) {
   EXPECT_GT(made.load(), 100u);
   EXPECT_EQ(bulk_back.bytes, uint64_t{1} << 30);
   EXPECT_EQ(bulk_back.hash, bulk_sent.hash);
+  if (std::string(GetParam()) != "kernel") {
+    // Every connection, on the rules the reloads changed and added too, went the fast path.
+    const auto stats = fwd->Stats();
+    EXPECT_EQ(ForwarderProcess::Get(stats, "kernel.accepted"), 0u) << fwd->output();
+    EXPECT_GE(ForwarderProcess::Get(stats, "fast.accepted"), made.load() + 2);
+    EXPECT_EQ(fwd->output().find("served by the kernel path"), std::string::npos) << fwd->output();
+  }
 
   // A file that does not parse changes nothing.
   {
@@ -484,8 +493,122 @@ TEST_P(ReloadTest, HundredReloadsUnderLoadLoseNothing) {
   EXPECT_EQ(fwd->Stop(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, ReloadTest, ::testing::Values("auto", "kernel"),
+INSTANTIATE_TEST_SUITE_P(Paths, ReloadTest, ::testing::Values("xdp", "auto", "kernel"),
                          [](const auto& p) { return std::string(p.param); });
+
+// What a reload gives the fast path's running workers besides rules: global allow/deny lines,
+// and a worker restarted after a reload serves the reloaded rules (it reads the shared table,
+// not what it inherited). A rule the running workers cannot serve (a listen address on an
+// interface the fast path did not attach) refuses the reload with --path xdp, and goes to the
+// kernel path with auto.
+TEST(ReloadIntoWorkers, AccessListsRestartsAndWhatTheyCannotTake) {
+  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  Topology topo;
+  char tmpl[] = "/tmp/xdpfwd-reload-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+  const std::string config = dir + "/xdpfwd.conf";
+  const std::string gw = ToString(topo.client_gw()), server = ToString(topo.server_addr());
+  auto write = [&](const std::string& text) {
+    std::ofstream f(config + ".new");
+    f << text;
+    f.close();
+    std::filesystem::rename(config + ".new", config);
+  };
+  auto rule = [&](uint16_t port) {
+    return gw + " " + std::to_string(port) + " " + server + " " + std::to_string(kBackendPort) +
+           "\n";
+  };
+  auto echoes = [&](uint16_t port) {
+    UniqueFd c = TcpConnect(topo.client_ns(), topo.client_gw(), port);
+    const StreamStats sent = SendPattern(c.get(), port, 1000);
+    const StreamStats got = ReceiveAll(c.get());
+    return got.bytes == sent.bytes && got.hash == sent.hash;
+  };
+  EchoServer echo(TcpListen(topo.server_ns(), topo.server_addr(), kBackendPort));
+  write(rule(kOpenPort));
+  auto fwd = ForwarderProcess::WithConfig("xdp", config);
+  ASSERT_TRUE(echoes(kOpenPort));
+
+  // Not on an attached interface: refused as a whole, the running rules stay.
+  write(rule(kOpenPort) + "127.0.0.1 " + std::to_string(kLoopbackPort) + " " + server + " " +
+        std::to_string(kBackendPort) + "\n");
+  std::string answer = fwd->Control("reload");
+  EXPECT_NE(answer.find("error: --path xdp: "), std::string::npos) << answer;
+  EXPECT_NE(answer.find("lo is not an interface the fast path attached"), std::string::npos)
+      << answer;
+  EXPECT_TRUE(echoes(kOpenPort));
+
+  // A global deny line reaches the running worker: the client is closed without a byte.
+  write("deny " + ToString(topo.client_addr()) + "\n" + rule(kOpenPort));
+  answer = fwd->Control("reload");
+  EXPECT_NE(answer.find("kept 1, changed 0"), std::string::npos) << answer;  // rules alike
+  {
+    UniqueFd c = TcpConnect(topo.client_ns(), topo.client_gw(), kOpenPort);
+    EXPECT_TRUE(ClosedWithoutData(c.get(), 5s));
+  }
+  EXPECT_EQ(fwd->Relay(fwd->WaitForStats([&](const auto& s) { return fwd->Relay(s, "denied"); }),
+                       "denied"),
+            1u);
+
+  // The deny goes, a rule comes; the worker is killed and its successor serves both.
+  write(rule(kOpenPort) + rule(kDenyPort));
+  answer = fwd->Control("reload");
+  EXPECT_NE(answer.find("added 1"), std::string::npos) << answer;
+  EXPECT_TRUE(echoes(kDenyPort));
+  const pid_t worker = static_cast<pid_t>(ForwarderProcess::Get(fwd->Stats(), "worker.0.pid"));
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  ASSERT_TRUE(fwd->WaitForOutput("worker 0 serves its queues again", 20s)) << fwd->output();
+  EXPECT_TRUE(echoes(kDenyPort)) << fwd->output();
+  EXPECT_TRUE(echoes(kOpenPort)) << fwd->output();
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// The same refusal with --path auto: the kernel path serves that rule, the fast path the rest.
+TEST(ReloadIntoWorkers, AutoHandsWhatTheWorkersCannotTakeToTheKernelPath) {
+  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  Topology topo;
+  char tmpl[] = "/tmp/xdpfwd-reload-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+  const std::string config = dir + "/xdpfwd.conf";
+  const std::string gw = ToString(topo.client_gw()), server = ToString(topo.server_addr());
+  EchoServer echo(TcpListen(topo.server_ns(), topo.server_addr(), kBackendPort));
+  {
+    std::ofstream f(config);
+    f << gw << " " << kOpenPort << " " << server << " " << kBackendPort << "\n";
+  }
+  auto fwd = ForwarderProcess::WithConfig("auto", config);
+  {
+    std::ofstream f(config);
+    f << gw << " " << kOpenPort << " " << server << " " << kBackendPort << "\n"
+      << "127.0.0.1 " << kLoopbackPort << " " << server << " " << kBackendPort << "\n";
+  }
+  const std::string answer = fwd->Control("reload");
+  EXPECT_NE(answer.find("added 1"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("lo is not an interface the fast path attached at its start: served by "
+                        "the kernel path until a restart"),
+            std::string::npos)
+      << answer;
+  // The kernel path's listener on the loopback address (in the root namespace, as xdpfwd).
+  in_addr loopback{};
+  ASSERT_EQ(inet_pton(AF_INET, "127.0.0.1", &loopback), 1);
+  UniqueFd c = TcpConnect("", loopback, kLoopbackPort);
+  const StreamStats sent = SendPattern(c.get(), 5, 1000);
+  EXPECT_EQ(ReceiveAll(c.get()).hash, sent.hash);
+  const auto stats = fwd->Stats();
+  EXPECT_EQ(ForwarderProcess::Get(stats, "kernel.accepted"), 1u);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
 
 }  // namespace
 }  // namespace xdpfwd::test

@@ -364,11 +364,8 @@ TEST_P(ServiceNotifyTest, ReadyWithStatusOnceServingAndStoppingOnSigterm) {
 TEST_P(ServiceNotifyTest, ReloadSendsReloadingWithMonotonicUsecThenReady) {
   ChildProcess& fwd = Start();
   ASSERT_TRUE(notify_->WaitFor("READY=1", 15s)) << notify_->Transcript() << OutputSoFar(fwd);
-  // --path xdp refuses a new rule on reload (its running workers cannot take one yet; it says
-  // so, and keeps the rules it has): there the reload re-reads the same rule.
-  const bool adds_rule = std::string(GetParam()) != "xdp";
-  WriteFile(config_, Rule(*topo_, kPort) + (adds_rule ? Rule(*topo_, kReloadedPort) : ""),
-            fs::perms(0644));
+  // Both paths take the added rule (the fast path into its running workers).
+  WriteFile(config_, Rule(*topo_, kPort) + Rule(*topo_, kReloadedPort), fs::perms(0644));
 
   const uint64_t before = MonotonicUsec();
   fwd.Signal(SIGHUP);
@@ -387,9 +384,7 @@ TEST_P(ServiceNotifyTest, ReloadSendsReloadingWithMonotonicUsecThenReady) {
   EXPECT_EQ(ready->pid, fwd.pid());
   // READY=1 after a reload means the new rules serve.
   EXPECT_EQ(ready->Get("STATUS").value_or("").find("refused"), std::string::npos) << ready->text;
-  if (adds_rule) {
-    EXPECT_TRUE(Echoes(*topo_, kReloadedPort)) << ready->text << OutputSoFar(fwd);
-  }
+  EXPECT_TRUE(Echoes(*topo_, kReloadedPort)) << ready->text << OutputSoFar(fwd);
   EXPECT_TRUE(Echoes(*topo_, kPort)) << OutputSoFar(fwd);
   fwd.Signal(SIGTERM);
   EXPECT_EQ(fwd.Wait(60s), 0) << fwd.output();

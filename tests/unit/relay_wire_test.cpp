@@ -339,5 +339,81 @@ TEST_F(RelayWireTest, SimultaneousCloseCompletes) {
   EXPECT_EQ(relay_->state().connections, 0u);
 }
 
+// A reload (Relay::SetRules). The listen address kept keeps its listener (no rebind) and takes
+// its next clients under the rule's new version, while the open connection keeps its own; an
+// address no rule has stops accepting while its connections finish; an address given again is
+// listened on anew; a version no listener serves and no connection uses goes, with its counters.
+TEST_F(RelayWireTest, ReloadedRulesTakeNewClientsWhileOpenConnectionsKeepTheirs) {
+  const RelayConfig config = Config();
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  const mem_size_t listening = ListenersInUse();
+  const Pair first = Open(40000);
+  ASSERT_NE(first.backend, nullptr);
+  auto counters_of = [&](uint32_t id) -> const RelayCounters* {
+    for (const auto& [rule, counters] : relay_->rule_counters()) {
+      if (rule == id) return counters.get();
+    }
+    return nullptr;
+  };
+
+  RelayRule second_version = config.rules[0];
+  second_version.id = 2;
+  ASSERT_TRUE(relay_->SetRules({second_version}, {}));
+  EXPECT_EQ(ListenersInUse(), listening);  // the same listener
+  const Pair second = Open(40001);
+  ASSERT_NE(second.backend, nullptr);
+  ASSERT_NE(counters_of(1), nullptr);
+  ASSERT_NE(counters_of(2), nullptr);
+  EXPECT_EQ(counters_of(1)->accepted.load(), 1u);
+  EXPECT_EQ(counters_of(1)->active.load(), 1u);
+  EXPECT_EQ(counters_of(2)->accepted.load(), 1u);
+
+  // The third version denies everyone: the next client is refused under it.
+  RelayRule third_version = config.rules[0];
+  third_version.id = 3;
+  third_version.access = {{false, "*", 1}};
+  ASSERT_TRUE(relay_->SetRules({third_version}, {}));
+  Peer* denied = Connect(40002);
+  ASSERT_NE(denied, nullptr);
+  Settle();
+  EXPECT_TRUE(denied->got_fin) << "a denied client is closed, as rinetd closes it";
+  denied->Close();
+  ASSERT_NE(counters_of(3), nullptr);
+  EXPECT_EQ(counters_of(3)->denied.load(), 1u);
+  EXPECT_NE(counters_of(2), nullptr) << "version 2 went while a connection uses it";
+
+  // No rule listens there any more: new clients are refused, open connections carry on.
+  ASSERT_TRUE(relay_->SetRules({}, {}));
+  EXPECT_EQ(ListenersInUse(), listening - 1);
+  Peer* late = Connect(40003);
+  ASSERT_NE(late, nullptr);
+  Settle();
+  EXPECT_TRUE(late->errored);
+  EXPECT_EQ(late->error, ERR_RST);
+  ASSERT_TRUE(client_table_.RemoveFlow(ClientFlow(40003)));  // the steering program's, not ours
+  const std::string up = Pattern('u', 100'000), down = Pattern('d', 100'000);
+  first.client->Send(up);
+  second.backend->Send(down);
+  Settle();
+  EXPECT_TRUE(first.backend->received == up);
+  EXPECT_TRUE(second.client->received == down);
+  CloseBoth(*first.client, *first.backend);
+  CloseBoth(*second.client, *second.backend);
+  Advance(200);  // the relay's service interval: versions without a user go
+  EXPECT_TRUE(relay_->rule_counters().empty()) << relay_->rule_counters().size() << " left";
+
+  // Given again: listened on anew.
+  RelayRule fourth_version = config.rules[0];
+  fourth_version.id = 4;
+  ASSERT_TRUE(relay_->SetRules({fourth_version}, {}));
+  EXPECT_EQ(ListenersInUse(), listening);
+  const Pair again = Open(40004);
+  ASSERT_NE(again.backend, nullptr);
+  CloseBoth(*again.client, *again.backend);
+  ASSERT_NE(counters_of(4), nullptr);
+  EXPECT_EQ(counters_of(4)->completed.load(), 1u);
+  Advance(1100);  // the refused and closed clients' flow entries linger, then go
+}
+
 }  // namespace
 }  // namespace xdpfwd::test

@@ -20,6 +20,7 @@ TEST(WorkerMemoryLayout, RegionsArePageAlignedAndDoNotOverlap) {
   plan.session_ring_bytes = 0;  // no access log
   plan.recorder_bytes = 8u << 20;
   plan.table_bytes = 4097;
+  plan.rules_bytes = 1u << 20;
   const WorkerMemoryHeader h = plan.Layout(4096);
   EXPECT_EQ(h.magic, kWorkerMemoryMagic);
   EXPECT_EQ(h.version, kWorkerMemoryVersion);
@@ -32,9 +33,11 @@ TEST(WorkerMemoryLayout, RegionsArePageAlignedAndDoNotOverlap) {
   EXPECT_FALSE(h.session_rings.present());
   EXPECT_EQ(h.recorders.bytes_each, 8u << 20);
   EXPECT_EQ(h.tables.bytes_each, 8192u);
-  EXPECT_EQ(h.total_bytes, h.tables.end());
-  const std::vector<WorkerMemoryRegion> in_order = {h.slots, h.handoff, h.session_rings,
-                                                    h.recorders, h.tables};
+  EXPECT_EQ(h.rules.bytes_each, 1u << 20);
+  EXPECT_EQ(h.rules.count, 1u);
+  EXPECT_EQ(h.total_bytes, h.rules.end());
+  const std::vector<WorkerMemoryRegion> in_order = {h.slots,     h.handoff, h.session_rings,
+                                                    h.recorders, h.tables,  h.rules};
   uint64_t at = 4096;
   for (const WorkerMemoryRegion& r : in_order) {
     EXPECT_EQ(r.offset % 4096, 0u);
@@ -51,6 +54,7 @@ TEST(WorkerMemoryLayout, HeaderBytesArePinned) {
   static_assert(offsetof(WorkerMemoryHeader, total_bytes) == 8);
   static_assert(offsetof(WorkerMemoryHeader, slots) == 16);
   static_assert(offsetof(WorkerMemoryHeader, tables) == 16 + 4 * sizeof(WorkerMemoryRegion));
+  static_assert(offsetof(WorkerMemoryHeader, rules) == 16 + 5 * sizeof(WorkerMemoryRegion));
   const WorkerMemoryHeader h;
   const auto* bytes = reinterpret_cast<const unsigned char*>(&h.magic);
   EXPECT_EQ(std::string(bytes, bytes + 4), "XDPW");

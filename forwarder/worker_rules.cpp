@@ -1,0 +1,179 @@
+// The workers' rule table (see worker_rules.h): a seqlock over a small encoding in host order
+// (writer and readers are the same build on the same machine).
+#include "forwarder/worker_rules.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+namespace xdpfwd {
+namespace {
+
+class Writer {
+ public:
+  Writer(uint8_t* out, size_t room) : out_(out), room_(room) {}
+  template <typename T>
+  void Put(T v) {
+    Bytes(&v, sizeof v);
+  }
+  void Bytes(const void* p, size_t n) {
+    if (used_ + n > room_) {
+      full_ = true;
+      return;
+    }
+    std::memcpy(out_ + used_, p, n);
+    used_ += n;
+  }
+  void Patterns(const std::vector<AccessPattern>& patterns) {
+    Put(static_cast<uint32_t>(patterns.size()));
+    for (const AccessPattern& a : patterns) {
+      Put(static_cast<uint8_t>(a.allow ? 1 : 0));
+      Put(static_cast<uint32_t>(a.pattern.size()));
+      Bytes(a.pattern.data(), a.pattern.size());
+      Put(static_cast<int32_t>(a.line));
+    }
+  }
+  bool full() const { return full_; }
+  size_t used() const { return used_; }
+
+ private:
+  uint8_t* out_;
+  size_t room_;
+  size_t used_ = 0;
+  bool full_ = false;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* in, size_t bytes) : in_(in), bytes_(bytes) {}
+  template <typename T>
+  bool Get(T& v) {
+    return Bytes(&v, sizeof v);
+  }
+  bool Bytes(void* p, size_t n) {
+    if (n > bytes_ - at_) return false;
+    std::memcpy(p, in_ + at_, n);
+    at_ += n;
+    return true;
+  }
+  // A count of items each at least `least` bytes long: never more than what is left can hold.
+  bool Count(uint32_t& n, size_t least) { return Get(n) && uint64_t{n} * least <= bytes_ - at_; }
+  bool Patterns(std::vector<AccessPattern>& out) {
+    uint32_t n = 0;
+    if (!Count(n, 9)) return false;
+    for (uint32_t i = 0; i < n; ++i) {
+      AccessPattern a;
+      uint8_t allow = 0;
+      uint32_t length = 0;
+      int32_t line = 0;
+      if (!Get(allow) || allow > 1 || !Get(length) || length > bytes_ - at_) return false;
+      a.allow = allow == 1;
+      a.pattern.assign(reinterpret_cast<const char*>(in_ + at_), length);
+      at_ += length;
+      if (!Get(line)) return false;
+      a.line = line;
+      out.push_back(std::move(a));
+    }
+    return true;
+  }
+  bool done() const { return at_ == bytes_; }
+
+ private:
+  const uint8_t* in_;
+  size_t bytes_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room, size_t& used) {
+  Writer w(out, room);
+  w.Patterns(set.global_access);
+  w.Put(static_cast<uint32_t>(set.rules.size()));
+  for (const WorkerRule& r : set.rules) {
+    w.Put(r.id);
+    w.Put(r.client_iface);
+    w.Put(r.backend_iface);
+    w.Put(r.listen.addr.s_addr);
+    w.Put(r.listen.port);
+    w.Put(r.backend.addr.s_addr);
+    w.Put(r.backend.port);
+    w.Put(static_cast<uint32_t>(r.sources.size()));
+    for (in_addr a : r.sources) w.Put(a.s_addr);
+    w.Patterns(r.access);
+  }
+  used = w.used();
+  return !w.full();
+}
+
+std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t bytes) {
+  Reader r(in, bytes);
+  WorkerRuleSet set;
+  uint32_t rules = 0;
+  // A rule is 28 bytes at least (no sources, no patterns).
+  if (!r.Patterns(set.global_access) || !r.Count(rules, 28)) return std::nullopt;
+  for (uint32_t i = 0; i < rules; ++i) {
+    WorkerRule w;
+    uint32_t sources = 0;
+    if (!r.Get(w.id) || !r.Get(w.client_iface) || !r.Get(w.backend_iface) ||
+        !r.Get(w.listen.addr.s_addr) || !r.Get(w.listen.port) || !r.Get(w.backend.addr.s_addr) ||
+        !r.Get(w.backend.port) || !r.Count(sources, 4)) {
+      return std::nullopt;
+    }
+    for (uint32_t s = 0; s < sources; ++s) {
+      in_addr a{};
+      if (!r.Get(a.s_addr)) return std::nullopt;
+      w.sources.push_back(a);
+    }
+    if (!r.Patterns(w.access)) return std::nullopt;
+    set.rules.push_back(std::move(w));
+  }
+  if (!r.done()) return std::nullopt;
+  return set;
+}
+
+void WorkerRuleTable::Format(uint8_t* memory) {
+  std::memset(memory, 0, kDataOffset);
+  new (memory) Header{};
+}
+
+uint64_t WorkerRuleTable::generation() const {
+  return header().generation.load(std::memory_order_acquire);
+}
+
+Result<uint64_t> WorkerRuleTable::Write(const WorkerRuleSet& set) {
+  // Encoded aside first: a set that does not fit leaves the table as it was.
+  std::vector<uint8_t> encoded(kMemoryBytes - kDataOffset);
+  size_t used = 0;
+  if (!Encode(set, encoded.data(), encoded.size(), used)) {
+    return Error{{},
+                 "the fast path's rule table holds " + std::to_string(encoded.size()) +
+                     " bytes, and " + std::to_string(set.rules.size()) +
+                     " rules with their allow/deny lines need more"};
+  }
+  Header& h = header();
+  const uint64_t g = h.generation.load(std::memory_order_relaxed);
+  h.generation.store(g + 1, std::memory_order_relaxed);  // odd: readers stay away
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(data(), encoded.data(), used);
+  h.bytes = used;
+  h.generation.store(g + 2, std::memory_order_release);
+  return g + 2;
+}
+
+std::optional<WorkerRuleTable::Copy> WorkerRuleTable::Read() const {
+  const Header& h = header();
+  const uint64_t before = h.generation.load(std::memory_order_acquire);
+  if (before % 2 != 0) return std::nullopt;
+  const uint64_t bytes = h.bytes;
+  if (bytes > kMemoryBytes - kDataOffset) return std::nullopt;  // torn: a write began
+  std::vector<uint8_t> copy(bytes);
+  if (bytes != 0) std::memcpy(copy.data(), data(), bytes);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (h.generation.load(std::memory_order_relaxed) != before) return std::nullopt;
+  auto set = Decode(copy.data(), copy.size());
+  if (!set) return std::nullopt;
+  return Copy{before, std::move(*set)};
+}
+
+}  // namespace xdpfwd

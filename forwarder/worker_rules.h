@@ -1,0 +1,81 @@
+// The rules the fast path's workers serve, as one table in their shared memory
+// (forwarder/worker_memory.h): the control process writes it at start and at every reload, each
+// worker builds its relay's rules from it at its start and again whenever its generation moves
+// (one load per worker iteration). So a reload reaches running workers, and a worker restarted
+// after one starts with the rules of the day, not those of the fork.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "forwarder/rules.h"
+#include "os/endpoint.h"
+#include "os/result.h"
+
+namespace xdpfwd {
+
+// One rule as a worker needs it: addresses, and where its flows go by interface (an index into
+// the control process's interface list, which every worker inherits at its fork).
+struct WorkerRule {
+  uint32_t id = 0;
+  uint16_t client_iface = 0;
+  uint16_t backend_iface = 0;
+  Endpoint listen;
+  Endpoint backend;
+  std::vector<in_addr> sources;       // local addresses of backend legs, used in turn
+  std::vector<AccessPattern> access;  // the rule's own allow/deny lines
+};
+
+struct WorkerRuleSet {
+  std::vector<WorkerRule> rules;
+  std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+};
+
+// The table: a generation (odd while the control process writes) and the rules, encoded. One
+// writer (the control process, one reload at a time); readers copy and check the generation
+// did not move meanwhile, as a seqlock's do.
+class WorkerRuleTable {
+ public:
+  // 1 MiB: 1,024 rules (the steering program's most listeners) with long access lists fit; a
+  // set that does not is refused by Write.
+  static constexpr size_t kMemoryBytes = size_t{1} << 20;
+  // Zeroed memory is an empty table of generation 0; Format makes it so.
+  static void Format(uint8_t* memory);
+  explicit WorkerRuleTable(uint8_t* memory) : memory_(memory) {}
+
+  // Replaces the rules and returns the new generation (even, never 0); an error, the table
+  // unchanged, when the set does not fit.
+  Result<uint64_t> Write(const WorkerRuleSet& set);
+  // Acquire: even, and odd while a write is under way.
+  uint64_t generation() const;
+  struct Copy {
+    uint64_t generation = 0;
+    WorkerRuleSet set;
+  };
+  // A consistent copy, or nullopt while a write is under way or if one happened during the
+  // copy (try again on a later iteration).
+  std::optional<Copy> Read() const;
+
+  // The encoding, apart so that it can be tested on its own: false if `set` needs more than
+  // `room` bytes (nothing then is meaningful in `out`); Decode refuses what Encode never makes.
+  static bool Encode(const WorkerRuleSet& set, uint8_t* out, size_t room, size_t& used);
+  static std::optional<WorkerRuleSet> Decode(const uint8_t* in, size_t bytes);
+
+ private:
+  struct Header {
+    std::atomic<uint64_t> generation;
+    uint64_t bytes;  // of encoded rules after the header
+  };
+  static constexpr size_t kDataOffset = 64;
+  Header& header() const { return *reinterpret_cast<Header*>(memory_); }
+  uint8_t* data() const { return memory_ + kDataOffset; }
+
+  uint8_t* memory_;
+};
+
+}  // namespace xdpfwd
