@@ -210,12 +210,13 @@ std::string Unquote(const std::string& text) {
   return text;
 }
 
-// "[timeout=1200]", "[src=192.168.1.2,timeout=1200]", "[ src = 10.0.0.1 ]".
+// "[timeout=1200]", "[src=192.168.1.2,timeout=1200]", "[ src = 10.0.0.1 ]", "[proxy=v2]".
 Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   const std::string& text = w.text;
   if (text.size() < 2 || text.front() != '[' || text.back() != ']') {
     return where.At(w.column,
-                    "expected options in brackets ([timeout=N], [src=ADDRESS]) or the "
+                    "expected options in brackets ([timeout=N], [src=ADDRESS], [proxy=v1|v2]) "
+                    "or the "
                     "end of the rule, found " +
                         Quote(text));
   }
@@ -230,15 +231,16 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
     skip_blanks();
     if (i == end) {
       if (!any)
-        return where.At(column(i), "expected an option (timeout=N, src=ADDRESS), found ']'");
+        return where.At(column(i),
+                        "expected an option (timeout=N, src=ADDRESS, proxy=v1|v2), found ']'");
       return where.At(column(i), "expected another option after ',', found ']'");
     }
     const size_t key_start = i;
     while (i < end && text[i] != '=' && text[i] != ',' && !IsBlank(text[i])) ++i;
     const std::string key = text.substr(key_start, i - key_start);
-    if (key != "timeout" && key != "src") {
+    if (key != "timeout" && key != "src" && key != "proxy") {
       return where.At(column(key_start),
-                      "expected an option name (timeout, src), found " + Quote(key));
+                      "expected an option name (timeout, src, proxy), found " + Quote(key));
     }
     skip_blanks();
     if (i == end || text[i] != '=') {
@@ -260,6 +262,18 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
             "expected a number of seconds (1 or more) for timeout, found " + Quote(value));
       }
       rule.udp_timeout_s = seconds;
+    } else if (key == "proxy") {
+      if (value != "v1" && value != "v2") {
+        return where.At(
+            column(value_start),
+            "expected v1 or v2 (the PROXY protocol's version) for proxy, found " + Quote(value));
+      }
+      if (!rule.is_stream()) {
+        return where.At(column(key_start),
+                        "proxy= sends a PROXY protocol header on TCP rules (TCP on both "
+                        "sides); this rule has UDP on a side");
+      }
+      rule.proxy = value == "v1" ? ProxyVersion::kV1 : ProxyVersion::kV2;
     } else {
       auto src = ResolveAddress(value, 0, rule.backend_protocol, true, column(value_start), where);
       if (!src) return src.error();
@@ -428,6 +442,10 @@ std::string DescribeConfig(const Config& config) {
     out << "\n";
     if (r.source.family() != AF_UNSPEC) {
       out << "  backend source address: " << HostText(r.source) << "\n";
+    }
+    if (r.proxy != ProxyVersion::kNone) {
+      out << "  PROXY protocol " << ProxyVersionName(r.proxy)
+          << " header first on every backend connection\n";
     }
     access_lines(r.access, "  ");
   }

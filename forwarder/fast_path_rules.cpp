@@ -187,6 +187,7 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     w.backend = rules[k].backend.ipv4();
     w.sources = RuleSources(rules[k], config);
     w.access = rules[k].access;
+    w.proxy = rules[k].proxy;
     set.rules.push_back(std::move(w));
   }
   return set;

@@ -147,6 +147,7 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.listen = w.listen;
     rr.backend = w.backend;
     rr.access = w.access;
+    rr.proxy = w.proxy;
     rr.backend_sources = w.sources;
     if (rr.backend_sources.empty()) rr.backend_sources = {backend_side.addr};
     rr.client_side = impl_.ifaces[w.client_iface]->steer.get();

@@ -501,7 +501,24 @@ void Loop::OnConnected(Connection& c) {
   c.rule_counters->connect.Observe(connect_ns);
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), connecting_, c.self);
+  if (c.rule->proxy != ProxyVersion::kNone && !SendProxyHeader(c)) {
+    return Finish(c, End::kBackendError);
+  }
   Relay(c);  // bytes the client sent meanwhile
+}
+
+// The PROXY header names the client and the address it connected to (the client socket's own
+// address: a wildcard listener's rule does not say it), before any of the client's bytes, which
+// wait in the client's socket until now. A fresh connection's send buffer takes it whole.
+bool Loop::SendProxyHeader(Connection& c) {
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (getsockname(c.client.fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+    return false;
+  }
+  const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.peer),
+                                        reinterpret_cast<const sockaddr*>(&local));
+  return send(c.backend.fd.get(), h.bytes, h.size, MSG_NOSIGNAL) == static_cast<ssize_t>(h.size);
 }
 
 void Loop::Relay(Connection& c) {

@@ -121,6 +121,7 @@ class Loop {
                      uint64_t bytes_in, uint64_t bytes_out);
   void OnLegEvent(Connection& c, bool client_leg, uint32_t events);
   void OnConnected(Connection& c);
+  bool SendProxyHeader(Connection& c);  // false: the backend did not take it whole
   void Relay(Connection& c);
   void Finish(Connection& c, End why);
   void RunQueuedTurns();

@@ -176,6 +176,10 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
+    if (c.rule->proxy != ProxyVersion::kNone && !r.SendProxyHeader(c)) {
+      r.Reset(c, r.counters_.backend_error);
+      return scope.result();
+    }
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
@@ -486,6 +490,22 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   tcp_nagle_disable(pcb);
   if (std::atomic<uint64_t>* failed = StartBackend(*c)) Reset(*c, *failed);
   return scope.result();
+}
+
+// The PROXY header names the client and the address it connected to (the client leg's ends),
+// queued before any of the client's bytes: they wait in the client leg's backlog until now.
+bool Relay::SendProxyHeader(Connection& c) {
+  const lwip_pcb::Endpoints ends = lwip_pcb::EndpointsOf(c.client.pcb);
+  sockaddr_in client{}, listen{};
+  client.sin_family = listen.sin_family = AF_INET;
+  client.sin_addr = ends.remote;
+  client.sin_port = htons(ends.remote_port);
+  listen.sin_addr = ends.local;
+  listen.sin_port = htons(ends.local_port);
+  const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&client),
+                                        reinterpret_cast<const sockaddr*>(&listen));
+  return tcp_write(c.backend.pcb, h.bytes, static_cast<u16_t>(h.size), TCP_WRITE_FLAG_COPY) ==
+         ERR_OK;
 }
 
 // nullptr when the backend leg is on its way, else the counter saying why it is not.

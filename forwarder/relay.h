@@ -30,7 +30,8 @@ namespace xdpfwd {
 // A rule as the relay serves it: the listener, and the route its flows and backend legs take.
 struct RelayRule : FlowRoute {
   Endpoint listen;
-  std::vector<AccessPattern> access;  // the rule's own allow/deny lines (forwarder/access.h)
+  std::vector<AccessPattern> access;         // the rule's own allow/deny lines (forwarder/access.h)
+  ProxyVersion proxy = ProxyVersion::kNone;  // a PROXY header first toward the backend
 };
 
 struct RelayConfig {
@@ -149,6 +150,7 @@ class Relay {
   void RetireRules();
   int Accept(Listener& listener, tcp_pcb* pcb);
   std::atomic<uint64_t>* StartBackend(Connection& c);
+  bool SendProxyHeader(Connection& c);  // false: lwIP would not queue it
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "forwarder/proxy_protocol.h"
 #include "os/endpoint.h"
 #include "os/result.h"
 
@@ -70,6 +71,8 @@ struct Rule {
   SocketAddress source;
   // [timeout=N]: seconds a UDP association may be idle before it is closed.
   uint32_t udp_timeout_s = kDefaultUdpTimeoutS;
+  // [proxy=v1|v2]: a PROXY protocol header first on every backend connection (TCP backends).
+  ProxyVersion proxy = ProxyVersion::kNone;
   // allow/deny lines after this rule and before the next: the rule's own access list.
   std::vector<AccessPattern> access;
 

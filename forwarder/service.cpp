@@ -73,7 +73,8 @@ bool SameRule(const Rule& a, const Rule& b) {
   if (!(a.listen == b.listen) || !(a.backend == b.backend) || !(a.source == b.source) ||
       a.listen_protocol != b.listen_protocol || a.backend_protocol != b.backend_protocol ||
       a.listen_host != b.listen_host || a.backend_host != b.backend_host ||
-      a.udp_timeout_s != b.udp_timeout_s || a.access.size() != b.access.size()) {
+      a.udp_timeout_s != b.udp_timeout_s || a.proxy != b.proxy ||
+      a.access.size() != b.access.size()) {
     return false;
   }
   for (size_t i = 0; i < a.access.size(); ++i) {

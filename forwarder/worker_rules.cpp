@@ -101,6 +101,7 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
     w.Put(static_cast<uint32_t>(r.sources.size()));
     for (in_addr a : r.sources) w.Put(a.s_addr);
     w.Patterns(r.access);
+    w.Put(static_cast<uint8_t>(r.proxy));
   }
   used = w.used();
   return !w.full();
@@ -110,8 +111,8 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
   Reader r(in, bytes);
   WorkerRuleSet set;
   uint32_t rules = 0;
-  // A rule is 28 bytes at least (no sources, no patterns).
-  if (!r.Patterns(set.global_access) || !r.Count(rules, 28)) return std::nullopt;
+  // A rule is 29 bytes at least (no sources, no patterns).
+  if (!r.Patterns(set.global_access) || !r.Count(rules, 29)) return std::nullopt;
   for (uint32_t i = 0; i < rules; ++i) {
     WorkerRule w;
     uint32_t sources = 0;
@@ -125,7 +126,11 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
       if (!r.Get(a.s_addr)) return std::nullopt;
       w.sources.push_back(a);
     }
-    if (!r.Patterns(w.access)) return std::nullopt;
+    uint8_t proxy = 0;
+    if (!r.Patterns(w.access) || !r.Get(proxy) || proxy > uint8_t(ProxyVersion::kV2)) {
+      return std::nullopt;
+    }
+    w.proxy = static_cast<ProxyVersion>(proxy);
     set.rules.push_back(std::move(w));
   }
   if (!r.done()) return std::nullopt;

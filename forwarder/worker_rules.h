@@ -29,6 +29,7 @@ struct WorkerRule {
   Endpoint backend;
   std::vector<in_addr> sources;       // local addresses of backend legs, used in turn
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
+  ProxyVersion proxy = ProxyVersion::kNone;
 };
 
 struct WorkerRuleSet {

@@ -131,8 +131,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "rinetd.conf:1:23: expected a connect port (a rule is: bindaddress bindport "
        "connectaddress connectport [options]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
-       "rinetd.conf:1:29: expected options in brackets ([timeout=N], [src=ADDRESS]) or the end "
-       "of the rule, found 'extra'"},
+       "rinetd.conf:1:29: expected options in brackets ([timeout=N], [src=ADDRESS], "
+       "[proxy=v1|v2]) or the end of the rule, found 'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
       {"\n10.0.1.1 99999 10.0.0.2 9001\n",
@@ -153,7 +153,13 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=0]\n",
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
-       "rinetd.conf:1:30: expected an option name (timeout, src), found 'speed'"},
+       "rinetd.conf:1:30: expected an option name (timeout, src, proxy), found 'speed'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [proxy=v3]\n",
+       "rinetd.conf:1:36: expected v1 or v2 (the PROXY protocol's version) for proxy, found "
+       "'v3'"},
+      {"10.0.1.1 53/udp 10.0.0.2 53/udp [proxy=v1]\n",
+       "rinetd.conf:1:34: proxy= sends a PROXY protocol header on TCP rules (TCP on both sides); "
+       "this rule has UDP on a side"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout 5]\n",
        "rinetd.conf:1:38: expected '=' after timeout, found '5'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5,]\n",
@@ -186,6 +192,23 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
     EXPECT_EQ(got.rfind(c.expected, 0), 0u)
         << "text: " << c.text << "got:    " << got << "\nwanted: " << c.expected;
   }
+}
+
+// [proxy=v1|v2] beside the other options; a rule that differs only in it is another rule.
+TEST(Config, ProxyOptionSendsTheHeaderVersionGiven) {
+  const Config c = Parsed(
+      "10.0.1.1 9000 10.0.0.2 9001 [proxy=v2]\n"
+      "10.0.1.1 9001 10.0.0.2 9001 [ src = 10.0.0.1 , proxy = v1 ]\n"
+      "10.0.1.1 9002 10.0.0.2 9001\n");
+  ASSERT_EQ(c.rules.size(), 3u);
+  EXPECT_EQ(c.rules[0].proxy, ProxyVersion::kV2);
+  EXPECT_EQ(c.rules[1].proxy, ProxyVersion::kV1);
+  EXPECT_EQ(HostText(c.rules[1].source), "10.0.0.1");
+  EXPECT_EQ(c.rules[2].proxy, ProxyVersion::kNone);
+  const std::string understood = DescribeConfig(c);
+  EXPECT_NE(understood.find("PROXY protocol v2 header first on every backend connection"),
+            std::string::npos)
+      << understood;
 }
 
 // rinetd's "::" listener takes IPv4 clients too (Linux's bindv6only=0), unless an IPv4 rule

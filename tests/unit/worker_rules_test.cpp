@@ -30,6 +30,7 @@ WorkerRuleSet Sample() {
   a.backend = {Addr("10.0.0.2"), 9001};
   a.sources = {Addr("10.0.0.1"), Addr("10.0.0.9")};
   a.access = {{false, "192.168.*", 5}};
+  a.proxy = ProxyVersion::kV2;
   WorkerRule b;
   b.id = 8;
   b.listen = {Addr("10.0.1.1"), 9002};
@@ -64,6 +65,7 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
       EXPECT_EQ(g.sources[s].s_addr, w.sources[s].s_addr);
     }
     same_patterns(g.access, w.access);
+    EXPECT_EQ(g.proxy, w.proxy);
   }
 }
 
