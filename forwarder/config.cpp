@@ -5,9 +5,11 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -45,6 +47,11 @@ std::string Quote(std::string_view text) { return "'" + std::string(text) + "'";
 // port without a blank ("22[timeout=5]"), as rinetd's grammar allows.
 Result<std::vector<Word>> SplitWords(const std::string& line, const Where& where) {
   std::vector<Word> words;
+  // Where an option list may start: after a rule's connect port (the fifth word), or after a
+  // backend line's port (the fourth).
+  auto options_at = [&] {
+    return !words.empty() && words[0].text == "backend" ? size_t{3} : size_t{4};
+  };
   size_t i = 0;
   while (i < line.size()) {
     if (IsBlank(line[i])) {
@@ -53,7 +60,7 @@ Result<std::vector<Word>> SplitWords(const std::string& line, const Where& where
     }
     if (line[i] == '#') break;
     const size_t start = i;
-    if (line[i] == '[' && !words.empty() && words.size() >= 4) {
+    if (line[i] == '[' && !words.empty() && words.size() >= options_at()) {
       const size_t close = line.find(']', i);
       if (close == std::string::npos) {
         return where.At(static_cast<int>(line.size()) + 1,
@@ -73,7 +80,7 @@ Result<std::vector<Word>> SplitWords(const std::string& line, const Where& where
       while (i < line.size() && !IsBlank(line[i])) {
         // An IPv6 address in brackets is one word; an option list after a port starts a new
         // one.
-        if (line[i] == '[' && i > start && words.size() == 3) break;
+        if (line[i] == '[' && i > start && words.size() + 1 == options_at()) break;
         ++i;
       }
     }
@@ -210,15 +217,25 @@ std::string Unquote(const std::string& text) {
   return text;
 }
 
-// "[timeout=1200]", "[src=192.168.1.2,timeout=1200]", "[ src = 10.0.0.1 ]", "[proxy=v2]".
-Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
+// One option of a bracketed list: its name, and its value after '=' (none for a flag such as
+// `backup`), with the columns they start at; `found` is what follows a name that has no '='.
+struct Option {
+  std::string key;
+  int key_column = 0;
+  std::optional<std::string> value;
+  int value_column = 0;
+  std::string found;
+};
+
+// "[timeout=1200]", "[src=192.168.1.2,timeout=1200]", "[ src = 10.0.0.1 ]", "[weight=2, backup]":
+// each option in turn to `take`, which knows the names and says what is wrong with one. `what`
+// names the options for the messages ("timeout=N, src=ADDRESS, ...").
+Result<void> ForEachOption(const Word& w, const Where& where, const std::string& what,
+                           const std::function<Result<void>(const Option&)>& take) {
   const std::string& text = w.text;
   if (text.size() < 2 || text.front() != '[' || text.back() != ']') {
-    return where.At(w.column,
-                    "expected options in brackets ([timeout=N], [src=ADDRESS], [proxy=v1|v2]) "
-                    "or the "
-                    "end of the rule, found " +
-                        Quote(text));
+    return where.At(w.column, "expected options in brackets (" + what +
+                                  ") or the end of the line, found " + Quote(text));
   }
   size_t i = 1;
   const size_t end = text.size() - 1;
@@ -230,55 +247,28 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   for (;;) {
     skip_blanks();
     if (i == end) {
-      if (!any)
-        return where.At(column(i),
-                        "expected an option (timeout=N, src=ADDRESS, proxy=v1|v2), found ']'");
+      if (!any) return where.At(column(i), "expected an option (" + what + "), found ']'");
       return where.At(column(i), "expected another option after ',', found ']'");
     }
+    Option o;
     const size_t key_start = i;
     while (i < end && text[i] != '=' && text[i] != ',' && !IsBlank(text[i])) ++i;
-    const std::string key = text.substr(key_start, i - key_start);
-    if (key != "timeout" && key != "src" && key != "proxy") {
-      return where.At(column(key_start),
-                      "expected an option name (timeout, src, proxy), found " + Quote(key));
-    }
+    o.key = text.substr(key_start, i - key_start);
+    o.key_column = column(key_start);
     skip_blanks();
-    if (i == end || text[i] != '=') {
-      return where.At(column(i), "expected '=' after " + key + ", found " +
-                                     (i == end ? std::string("']'") : Quote(text.substr(i, 1))));
-    }
-    ++i;
-    skip_blanks();
-    const size_t value_start = i;
-    while (i < end && text[i] != ',' && !IsBlank(text[i])) ++i;
-    const std::string value = text.substr(value_start, i - value_start);
-    if (value.empty()) return where.At(column(value_start), "expected a value for " + key);
-    if (key == "timeout") {
-      unsigned seconds = 0;
-      const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-      if (ec != std::errc() || p != value.data() + value.size() || seconds == 0) {
-        return where.At(
-            column(value_start),
-            "expected a number of seconds (1 or more) for timeout, found " + Quote(value));
-      }
-      rule.udp_timeout_s = seconds;
-    } else if (key == "proxy") {
-      if (value != "v1" && value != "v2") {
-        return where.At(
-            column(value_start),
-            "expected v1 or v2 (the PROXY protocol's version) for proxy, found " + Quote(value));
-      }
-      if (!rule.is_stream()) {
-        return where.At(column(key_start),
-                        "proxy= sends a PROXY protocol header on TCP rules (TCP on both "
-                        "sides); this rule has UDP on a side");
-      }
-      rule.proxy = value == "v1" ? ProxyVersion::kV1 : ProxyVersion::kV2;
+    if (i < end && text[i] == '=') {
+      ++i;
+      skip_blanks();
+      const size_t value_start = i;
+      while (i < end && text[i] != ',' && !IsBlank(text[i])) ++i;
+      o.value = text.substr(value_start, i - value_start);
+      o.value_column = column(value_start);
+      if (o.value->empty()) return where.At(o.value_column, "expected a value for " + o.key);
     } else {
-      auto src = ResolveAddress(value, 0, rule.backend_protocol, true, column(value_start), where);
-      if (!src) return src.error();
-      rule.source = *src;
+      o.value_column = column(i);
+      o.found = i == end ? std::string("']'") : Quote(text.substr(i, 1));
     }
+    if (auto r = take(o); !r) return r.error();
     any = true;
     skip_blanks();
     if (i == end) return {};
@@ -288,6 +278,170 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
     }
     ++i;
   }
+}
+
+// An option that takes a value, given without one.
+Error NeedsValue(const Option& o, const Where& where) {
+  return where.At(o.value_column, "expected '=' after " + o.key + ", found " + o.found);
+}
+
+// A whole number from `low` to `high`.
+std::optional<uint32_t> Number(const std::string& text, uint32_t low, uint32_t high) {
+  uint32_t n = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || p != text.data() + text.size() || n < low || n > high) {
+    return std::nullopt;
+  }
+  return n;
+}
+
+constexpr uint32_t kMaxWeight = 256;
+
+std::optional<BalanceMethod> ParseBalanceMethod(const std::string& text) {
+  for (BalanceMethod m :
+       {BalanceMethod::kRoundRobin, BalanceMethod::kLeastConnections, BalanceMethod::kSourceHash}) {
+    if (text == BalanceMethodName(m)) return m;
+  }
+  return std::nullopt;
+}
+
+// A rule's options: rinetd's timeout and src, and ours (docs/configuration.md).
+Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
+  return ForEachOption(
+      w, where, "timeout=N, src=ADDRESS, proxy=v1|v2, balance=METHOD, weight=N",
+      [&](const Option& o) -> Result<void> {
+        if (o.key != "timeout" && o.key != "src" && o.key != "proxy" && o.key != "balance" &&
+            o.key != "weight") {
+          return where.At(o.key_column,
+                          "expected an option name (timeout, src, proxy, balance, weight), "
+                          "found " +
+                              Quote(o.key));
+        }
+        if (!o.value) return NeedsValue(o, where);
+        const std::string& value = *o.value;
+        if (o.key == "timeout") {
+          const auto seconds = Number(value, 1, UINT32_MAX);
+          if (!seconds) {
+            return where.At(
+                o.value_column,
+                "expected a number of seconds (1 or more) for timeout, found " + Quote(value));
+          }
+          rule.udp_timeout_s = *seconds;
+        } else if (o.key == "proxy") {
+          if (value != "v1" && value != "v2") {
+            return where.At(o.value_column,
+                            "expected v1 or v2 (the PROXY protocol's version) for proxy, found " +
+                                Quote(value));
+          }
+          if (!rule.is_stream()) {
+            return where.At(o.key_column,
+                            "proxy= sends a PROXY protocol header on TCP rules (TCP on both "
+                            "sides); this rule has UDP on a side");
+          }
+          rule.proxy = value == "v1" ? ProxyVersion::kV1 : ProxyVersion::kV2;
+        } else if (o.key == "balance") {
+          auto method = ParseBalanceMethod(value);
+          if (!method) {
+            return where.At(
+                o.value_column,
+                "expected roundrobin, leastconn or source for balance, found " + Quote(value));
+          }
+          rule.balance = *method;
+        } else if (o.key == "weight") {
+          const auto weight = Number(value, 1, kMaxWeight);
+          if (!weight) {
+            return where.At(o.value_column, "expected a weight from 1 to " +
+                                                std::to_string(kMaxWeight) + ", found " +
+                                                Quote(value));
+          }
+          rule.backend_weight = *weight;
+        } else {
+          auto src = ResolveAddress(value, 0, rule.backend_protocol, true, o.value_column, where);
+          if (!src) return src.error();
+          rule.source = *src;
+        }
+        return {};
+      });
+}
+
+// A `backend ADDRESS PORT [weight=N, backup]` line: one more backend of the rule above it.
+Result<void> ParseBackend(const std::vector<Word>& words, Rule& rule, const Where& where,
+                          int line) {
+  if (words.size() < 3) {
+    const Word& last = words.back();
+    return where.At(last.column + static_cast<int>(last.text.size()),
+                    std::string("expected ") + (words.size() == 1 ? "an address" : "a port") +
+                        " (a backend line is: backend address port [weight=N, backup]), found "
+                        "the end of the line");
+  }
+  if (words.size() > 4) {
+    return where.At(words[4].column, "expected the end of the line, found " + Quote(words[4].text));
+  }
+  if (!rule.is_stream()) {
+    return where.At(words[0].column, "several backends are for TCP rules; the rule of line " +
+                                         std::to_string(rule.line) + " has UDP on a side");
+  }
+  auto port = SplitProtocol(words[2], where);
+  if (!port) return port.error();
+  if (port->protocol != Protocol::kTcp) {
+    return where.At(words[2].column,
+                    "expected a TCP port for a backend, found " + Quote(words[2].text));
+  }
+  auto number = ResolvePort(port->port, Protocol::kTcp, words[2].column, where);
+  if (!number) return number.error();
+  auto address =
+      ResolveAddress(words[1].text, *number, Protocol::kTcp, false, words[1].column, where);
+  if (!address) return address.error();
+  if (address->is_any()) {
+    return where.At(words[1].column, "expected an address to connect to, found " +
+                                         Quote(words[1].text) + " (that is every local address)");
+  }
+  if (rule.backend == *address ||
+      std::any_of(rule.more_backends.begin(), rule.more_backends.end(),
+                  [&](const RuleBackend& b) { return b.address == *address; })) {
+    return where.At(words[1].column, ToString(*address) +
+                                         " is already a backend of the rule of line " +
+                                         std::to_string(rule.line));
+  }
+  if (rule.more_backends.size() + 1 >= kMaxBackends) {
+    return where.At(words[0].column,
+                    "a rule has at most " + std::to_string(kMaxBackends) + " backends");
+  }
+  if (rule.source.family() != AF_UNSPEC && rule.source.family() != address->family()) {
+    return where.At(words[1].column, "backend " + ToString(*address) +
+                                         " is not of the family of the rule's src address " +
+                                         HostText(rule.source));
+  }
+  RuleBackend b;
+  b.address = *address;
+  b.host = words[1].text;
+  b.line = line;
+  if (words.size() == 4) {
+    auto parsed =
+        ForEachOption(words[3], where, "weight=N, backup", [&](const Option& o) -> Result<void> {
+          if (o.key == "backup") {
+            if (o.value) return where.At(o.key_column, "backup takes no value");
+            b.backup = true;
+            return {};
+          }
+          if (o.key != "weight") {
+            return where.At(o.key_column,
+                            "expected an option name (weight, backup), found " + Quote(o.key));
+          }
+          if (!o.value) return NeedsValue(o, where);
+          const auto weight = Number(*o.value, 1, kMaxWeight);
+          if (!weight) {
+            return where.At(o.value_column, "expected a weight from 1 to " +
+                                                std::to_string(kMaxWeight) + ", found " +
+                                                Quote(*o.value));
+          }
+          b.weight = *weight;
+          return {};
+        });
+    if (!parsed) return parsed.error();
+  }
+  rule.more_backends.push_back(std::move(b));
+  return {};
 }
 
 Result<Rule> ParseRule(const std::vector<Word>& words, const Where& where) {
@@ -371,6 +525,13 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source_na
     } else if (key == "logfile" || key == "pidlogfile") {
       if (auto c = expect_count(2, "a file name"); !c) return c.error();
       (key == "logfile" ? config.logfile : config.pidfile) = Unquote(words[1].text);
+    } else if (key == "backend") {
+      if (config.rules.empty()) {
+        return where.At(words[0].column,
+                        "a backend line adds a backend to the rule above it, and no rule comes "
+                        "before this one");
+      }
+      if (auto b = ParseBackend(words, config.rules.back(), where, line_no); !b) return b.error();
     } else if (key == "logcommon") {
       if (auto c = expect_count(1, ""); !c) return c.error();
       config.log_common = true;
@@ -442,6 +603,15 @@ std::string DescribeConfig(const Config& config) {
     out << "\n";
     if (r.source.family() != AF_UNSPEC) {
       out << "  backend source address: " << HostText(r.source) << "\n";
+    }
+    if (!r.more_backends.empty()) {
+      out << "  backends (" << BalanceMethodName(r.balance) << "): " << ToString(r.backend)
+          << " weight " << r.backend_weight;
+      for (const RuleBackend& b : r.more_backends) {
+        out << ", " << ToString(b.address) << " weight " << b.weight
+            << (b.backup ? " (backup)" : "");
+      }
+      out << "\n";
     }
     if (r.proxy != ProxyVersion::kNone) {
       out << "  PROXY protocol " << ProxyVersionName(r.proxy)

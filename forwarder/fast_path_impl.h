@@ -58,8 +58,8 @@ struct RulePlace {
   size_t client = 0;
   size_t backend = 0;
   std::string backend_if;
-  in_addr next_hop{};
-  bool prime = false;  // the route's own interface: its next hop is resolved at once
+  std::vector<in_addr> next_hops;  // one per backend (on-link ones: the backend itself)
+  bool prime = false;              // the route's own interface: its next hops are resolved at once
 };
 
 enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };

@@ -123,7 +123,30 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
   RulePlace place;
   place.backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
   place.prime = place.backend_if == route->ifname;
-  place.next_hop = route->next_hop;
+  place.next_hops = {route->next_hop};
+  // Its other backends go out the same way: a rule's backend legs share its backend-side
+  // interface and source addresses (forwarder/relay.h's RelayBackend).
+  for (const RuleBackend& more : rule.more_backends) {
+    if (!more.address.is_ipv4()) {
+      return Error{{},
+                   what + ": backend " + ToString(more.address) +
+                       ": the fast path is IPv4 only (use --path kernel or auto)"};
+    }
+    auto other = LookupRoute(more.address.ipv4().addr);
+    if (!other) {
+      return Error{{},
+                   what + ": no route to backend " + ToString(more.address) + ": " +
+                       other.error().message()};
+    }
+    if (other->ifname != route->ifname || other->gateway.s_addr != route->gateway.s_addr) {
+      return Error{{},
+                   what + ": backend " + ToString(more.address) + " is reached via " +
+                       other->ifname + ", the rule's first backend via " + route->ifname +
+                       ": the fast path serves a rule's backends through one interface and "
+                       "gateway"};
+    }
+    place.next_hops.push_back(other->next_hop);
+  }
   in_addr source = route->prefsrc;
   if (place.backend_if == listen_if) source = listen.addr;
   if (source.s_addr == 0) {
@@ -168,8 +191,11 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
 }
 
 void FastPath::Impl::PrimeOnce(const RulePlace& place) {
-  if (place.prime && primed.insert({place.backend_if, place.next_hop.s_addr}).second) {
-    PrimeNextHop(place.backend_if, place.next_hop);  // once per next hop: it may wait 500 ms
+  if (!place.prime) return;
+  for (in_addr next_hop : place.next_hops) {
+    if (primed.insert({place.backend_if, next_hop.s_addr}).second) {
+      PrimeNextHop(place.backend_if, next_hop);  // once per next hop: it may wait 500 ms
+    }
   }
 }
 
@@ -188,6 +214,11 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     w.sources = RuleSources(rules[k], config);
     w.access = rules[k].access;
     w.proxy = rules[k].proxy;
+    w.backend_weight = rules[k].backend_weight;
+    w.balance = rules[k].balance;
+    for (const RuleBackend& b : rules[k].more_backends) {
+      w.more_backends.push_back(RelayBackend{b.address.ipv4(), b.weight, b.backup});
+    }
     set.rules.push_back(std::move(w));
   }
   return set;

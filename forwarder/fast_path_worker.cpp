@@ -148,6 +148,9 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.backend = w.backend;
     rr.access = w.access;
     rr.proxy = w.proxy;
+    rr.backend_weight = w.backend_weight;
+    rr.more_backends = w.more_backends;
+    rr.balance = w.balance;
     rr.backend_sources = w.sources;
     if (rr.backend_sources.empty()) rr.backend_sources = {backend_side.addr};
     rr.client_side = impl_.ifaces[w.client_iface]->steer.get();

@@ -18,6 +18,7 @@ FlowLedger::~FlowLedger() {
 FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_flow) {
   FlowBooking b;
   b.route = &route;
+  b.backend = route.backend;
   b.client_flow = client_flow;
   FlowTable& table = *route.client_side;
   b.accepted_ns = config_.clock_ns();
@@ -52,11 +53,11 @@ bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
   const size_t sources = route.backend_sources.size();
   for (size_t tried = 0; tried < sources; ++tried) {
     const in_addr source = route.backend_sources[next_source_++ % sources];
-    BackendPorts& ports = PortsFor(source, route.backend);
+    BackendPorts& ports = PortsFor(source, b.backend);
     if (const auto lease = ports.Acquire()) {
       b.ports = &ports;
       b.lease = *lease;
-      b.backend_flow = FlowTuple{route.backend.addr, source, route.backend.port, lease->port};
+      b.backend_flow = FlowTuple{b.backend.addr, source, b.backend.port, lease->port};
       return true;
     }
   }
@@ -79,12 +80,15 @@ void FlowLedger::Close(FlowBooking& b, uint64_t now_ms) {
   const uint64_t due = now_ms + config_.flow_linger_ms;
   removals_.push_back(
       PendingRemoval{due, b.route->client_side, b.client_flow, nullptr, {}, b.accepted_ns});
-  if (b.ports != nullptr) {
-    b.ports->Release(b.lease.port);
-    removals_.push_back(
-        PendingRemoval{due, b.route->backend_side, b.backend_flow, b.ports, b.lease, 0});
-    b.ports = nullptr;
-  }
+  CloseBackendLeg(b, now_ms);
+}
+
+void FlowLedger::CloseBackendLeg(FlowBooking& b, uint64_t now_ms) {
+  if (b.ports == nullptr) return;
+  b.ports->Release(b.lease.port);
+  removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms, b.route->backend_side,
+                                     b.backend_flow, b.ports, b.lease, 0});
+  b.ports = nullptr;
 }
 
 bool FlowLedger::RemoveDue(uint64_t now_ms, size_t budget) {

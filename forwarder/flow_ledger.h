@@ -35,6 +35,9 @@ struct FlowRoute {
 struct FlowBooking {
   const FlowRoute* route = nullptr;
   FlowTuple client_flow{};
+  // Where the backend leg goes: the route's backend, or another the relay chose for this
+  // connection (a rule with several backends).
+  Endpoint backend{};
   FlowTuple backend_flow{};
   BackendPorts* ports = nullptr;  // null while no backend port is held
   BackendPorts::Lease lease{};
@@ -77,6 +80,10 @@ class FlowLedger {
   bool AddBackendFlow(FlowBooking& booking);
   // Gives back a leased port whose flow was never entered.
   void ReleaseBackendPort(FlowBooking& booking);
+  // The backend leg failed before it carried a byte (a refused or silent handshake: the
+  // connection tries another backend): its port goes back now, its flow entry after the
+  // linger, as at Close.
+  void CloseBackendLeg(FlowBooking& booking, uint64_t now_ms);
 
   // The connection ended: its port goes back now (reused last, FIFO), its entries after the
   // linger — the backend entry only if its port was not leased again meanwhile, the client

@@ -215,19 +215,20 @@ BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts po
 
   slice_ports_ = std::move(slice);
   for (const in_addr& s : config.backend_sources) backend_sources_.push_back(s);
-  for (const Rule& rule : config.rules) RouteFor(rule);
+  for (const Rule& rule : config.rules) RouteFor(rule, rule.backend);
 }
 
 // A rule's route: one (source, backend) pair per source address it uses. Pairs are shared by
 // every rule (and every version of a rule across reloads) with the same source and backend,
 // since those share the 4-tuple space and its TIME_WAIT.
-BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule) {
-  if (auto it = routes_.find(&rule); it != routes_.end()) return it->second;
+BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule,
+                                                    const SocketAddress& backend) {
+  if (auto it = routes_.find(&backend); it != routes_.end()) return it->second;
   std::vector<SocketAddress> sources;
   if (rule.source.family() != AF_UNSPEC) {
     // The rule's [src=ADDR] (its family is the backend's: the parser checks it).
     sources.push_back(rule.source);
-  } else if (rule.backend.is_ipv4()) {
+  } else if (backend.is_ipv4()) {
     // --backend-source is IPv4: an IPv6 backend keeps the route's source.
     for (const in_addr& s : backend_sources_) sources.push_back(FromEndpoint(Endpoint{s, 0}));
   }
@@ -236,23 +237,24 @@ BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule) {
   for (const SocketAddress& source : sources) {
     uint32_t index = 0;
     while (index < pairs_.size() &&
-           !(pairs_[index].source == source && pairs_[index].backend == rule.backend)) {
+           !(pairs_[index].source == source && pairs_[index].backend == backend)) {
       ++index;
     }
     if (index == pairs_.size()) {
       Pair& pair = pairs_.emplace_back();
-      pair.backend = rule.backend;
+      pair.backend = backend;
       pair.source = source;
       pair.own_source = source;
       pair.ports.Assign(slice_ports_);
     }
     route.pairs.push_back(index);
   }
-  return routes_.emplace(&rule, std::move(route)).first->second;
+  return routes_.emplace(&backend, std::move(route)).first->second;
 }
 
-BackendSocket BackendConnector::Connect(const Rule& rule, Clock::time_point now) {
-  Route& route = RouteFor(rule);
+BackendSocket BackendConnector::Connect(const Rule& rule, const SocketAddress& backend,
+                                        Clock::time_point now) {
+  Route& route = RouteFor(rule, backend);
   const uint32_t index = route.pairs[route.next];
   route.next = (route.next + 1) % route.pairs.size();
   Pair& pair = pairs_[index];

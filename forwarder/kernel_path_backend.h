@@ -72,10 +72,11 @@ class BackendConnector {
   // Thread `thread` of `threads` (slice `thread` of the range).
   BackendConnector(const KernelPathConfig& config, LocalPorts ports, int thread, int threads);
 
-  // A non-blocking socket connecting to `rule`'s backend, with TCP_NODELAY (and
-  // TCP_USER_TIMEOUT at the stall timeout, see Loop). A rule seen for the first time (added
-  // or changed by a reload) gets its route here; `rule` must outlive the connector.
-  BackendSocket Connect(const Rule& rule, Clock::time_point now);
+  // A non-blocking socket connecting to `backend`, one of `rule`'s backends (its address is
+  // stored with the rule: its address is the route's key), with TCP_NODELAY (and
+  // TCP_USER_TIMEOUT at the stall timeout, see Loop). A backend seen for the first time (a rule
+  // added or changed by a reload) gets its route here; both must outlive the connector.
+  BackendSocket Connect(const Rule& rule, const SocketAddress& backend, Clock::time_point now);
   // The leg is closed. `time_wait`: it closed first, so its 4-tuple stays in TIME_WAIT for
   // the next 60 s. Its port goes to the back of the queue: handed out again last.
   void Release(const BackendLease& lease, bool time_wait, Clock::time_point now);
@@ -131,13 +132,13 @@ class BackendConnector {
   BackendSocket ConnectKernelPort(Pair& pair, Clock::time_point now);
   void Choose(Pair& pair, Clock::time_point now);
 
-  Route& RouteFor(const Rule& rule);
+  Route& RouteFor(const Rule& rule, const SocketAddress& backend);
 
   uint32_t slice_ = 0;  // ports in this thread's slice
   std::vector<uint16_t> slice_ports_;
   std::vector<in_addr> backend_sources_;  // --backend-source
   std::vector<Pair> pairs_;
-  std::unordered_map<const Rule*, Route> routes_;
+  std::unordered_map<const SocketAddress*, Route> routes_;  // by the backend's address
 };
 
 }  // namespace xdpfwd::kernel_path

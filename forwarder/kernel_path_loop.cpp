@@ -19,6 +19,7 @@
 #include <string>
 
 #include "forwarder/access.h"
+#include "forwarder/backend_health.h"
 #include "os/log.h"
 
 namespace xdpfwd::kernel_path {
@@ -53,6 +54,19 @@ struct Loop::Connection {
   std::optional<SessionResult> closed_first;
   bool client_fin = false, backend_fin = false;  // recorded once each
   RelayCounters* rule_counters = nullptr;        // its rule's (PathCounters::ForRule)
+  // The backend chosen (an index into the rule's backends), those whose handshakes failed for
+  // it (failover), and the list it waits in while connecting.
+  size_t backend_index = 0;
+  uint64_t tried = 0;
+  RuleBackends* backends = nullptr;
+  ConnectionList* list = nullptr;
+};
+
+struct Loop::RuleBackends {
+  explicit RuleBackends(const Rule& rule)
+      : picker(rule.balance, PickerBackends(AllBackends(rule))), health(rule.backend_count()) {}
+  BackendPicker picker;
+  PassiveHealth health;
 };
 
 namespace {
@@ -420,9 +434,13 @@ bool Loop::ShedConnection(Listener& listener) {
 }
 
 void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer) {
-  connecting_.emplace_back(config_.use_splice);
-  Connection& c = connecting_.back();
-  c.self = std::prev(connecting_.end());
+  RuleBackends& backends = BackendsOf(rule);
+  ConnectionList& list = rule.backend_count() > 1 ? trying_ : connecting_;
+  list.emplace_back(config_.use_splice);
+  Connection& c = list.back();
+  c.self = std::prev(list.end());
+  c.list = &list;
+  c.backends = &backends;
   c.id = static_cast<uint64_t>(thread_) << kIdThreadShift | ++next_id_;
   c.since = now_;
   c.accepted = now_;
@@ -435,29 +453,83 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
 
-  BackendSocket backend = connector_.Connect(rule, now_);
-  if (backend.lease.port != 0) Add(counters_.own_port_connects);
-  if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
-  if (backend.kernel_no_port) Add(counters_.kernel_no_port);
-  if (backend.err != 0) {
-    if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
-    // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
-    return Finish(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
-  }
-  c.backend.fd = std::move(backend.fd);
-  c.lease = backend.lease;
-  Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.client.fd.get(), &ev) != 0) {
     return Finish(c, End::kError);
   }
+  uint8_t address[16];
+  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
+  // Every backend marked down: try them anyway (the marks are a guess, the handshake is not).
+  auto pick = backends.picker.Pick(backends.health.Up(NowMs()), 0, {address, n});
+  if (!pick) pick = backends.picker.Pick(~uint64_t{0}, 0, {address, n});
+  if (!pick) return Finish(c, End::kBackendError);
+  c.backend_index = *pick;
+  backends.picker.Opened(c.backend_index);
+  OpenBackend(c);
+}
+
+Loop::RuleBackends& Loop::BackendsOf(const Rule& rule) {
+  auto& slot = backends_[&rule];
+  if (!slot) slot = std::make_unique<RuleBackends>(rule);
+  return *slot;
+}
+
+void Loop::OpenBackend(Connection& c) {
+  BackendSocket backend =
+      connector_.Connect(*c.rule, c.rule->backend_address(c.backend_index), now_);
+  if (backend.lease.port != 0) Add(counters_.own_port_connects);
+  if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
+  if (backend.kernel_no_port) Add(counters_.kernel_no_port);
+  if (backend.err != 0) {
+    if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
+    // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
+    return Failover(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
+  }
+  c.backend.fd = std::move(backend.fd);
+  c.lease = backend.lease;
+  Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
   // The backend's first EPOLLOUT (or EPOLLERR) says how the handshake went.
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kBackendTag);
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.backend.fd.get(), &ev) != 0) {
     return Finish(c, End::kError);
   }
+}
+
+// Nothing has gone to the failed backend (the client's bytes wait in its socket until a
+// handshake completes), so the client never learns: another backend takes the connection, as
+// long as the rule has one left, untried, and the connect timeout since the accept has not run
+// out. The failure counts toward that backend's passive health.
+void Loop::Failover(Connection& c, End why) {
+  RuleBackends& b = *c.backends;
+  if (b.health.Failed(c.backend_index, NowMs())) Add(counters_.relay.backends_marked_down);
+  b.picker.Closed(c.backend_index);
+  c.tried |= uint64_t{1} << c.backend_index;
+  std::optional<size_t> next;
+  if (now_ - c.accepted < config_.limits.connect_timeout) {
+    uint8_t address[16];
+    const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
+    next = b.picker.Pick(b.health.Up(NowMs()), c.tried, {address, n});
+    if (!next) next = b.picker.Pick(~uint64_t{0}, c.tried, {address, n});
+  }
+  if (!next) {
+    b.picker.Opened(c.backend_index);  // Finish closes it
+    return Finish(c, why);
+  }
+  Add(counters_.relay.backend_failovers);
+  Add(c.rule_counters->backend_failovers);
+  // The failed leg: its socket is closed (and leaves the epoll set), its port given back.
+  c.backend = Leg{};
+  connector_.Release(c.lease, false, now_);
+  c.lease = BackendLease{};
+  c.backend_index = *next;
+  b.picker.Opened(c.backend_index);
+  c.since = now_;
+  c.list->splice(c.list->end(), *c.list, c.self);  // its new attempt's deadline is the latest
+  OpenBackend(c);
 }
 
 void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
@@ -476,9 +548,9 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
     }
     if (events & (EPOLLERR | EPOLLHUP)) {
       const int err = SocketError(c.backend.fd.get());
-      if (err == ECONNREFUSED) return Finish(c, End::kBackendRefused);
-      if (err == ETIMEDOUT) return Finish(c, End::kBackendTimeout);  // the kernel's SYN retries
-      return Finish(c, End::kBackendError);  // EHOSTUNREACH, ENETUNREACH, ...
+      if (err == ECONNREFUSED) return Failover(c, End::kBackendRefused);
+      if (err == ETIMEDOUT) return Failover(c, End::kBackendTimeout);  // the kernel's SYN retries
+      return Failover(c, End::kBackendError);  // EHOSTUNREACH, ENETUNREACH, ...
     }
     if (events & EPOLLOUT) OnConnected(c);
     return;
@@ -499,8 +571,10 @@ void Loop::OnConnected(Connection& c) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
   counters_.relay.connect.Observe(connect_ns);
   c.rule_counters->connect.Observe(connect_ns);
+  c.backends->health.Succeeded(c.backend_index);
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
-  relaying_.splice(relaying_.end(), connecting_, c.self);
+  relaying_.splice(relaying_.end(), *c.list, c.self);
+  c.list = &relaying_;
   if (c.rule->proxy != ProxyVersion::kNone && !SendProxyHeader(c)) {
     return Finish(c, End::kBackendError);
   }
@@ -677,7 +751,9 @@ void Loop::Finish(Connection& c, End why) {
     std::erase(turns_, &c);
     c.queued = false;
   }
-  ended_.splice(ended_.end(), c.connecting ? connecting_ : relaying_, c.self);
+  ended_.splice(ended_.end(), *c.list, c.self);
+  c.list = &ended_;
+  c.backends->picker.Closed(c.backend_index);
   RelayCounters::Sub(r.active);
   RelayCounters::Sub(c.rule_counters->active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
@@ -714,6 +790,11 @@ void Loop::ExpireDeadlines() {
     ReportConnectTimeout(connecting_.front());
     Finish(connecting_.front(), End::kBackendTimeout);
   }
+  const auto share = connect_timeout / kFailoverShare;
+  while (!trying_.empty() && trying_.front().since + share <= now_) {
+    ReportConnectTimeout(trying_.front());
+    Failover(trying_.front(), End::kBackendTimeout);  // moves it to the back, or ends it
+  }
   const auto idle_timeout = config_.limits.idle_timeout;
   if (idle_timeout.count() == 0) return;
   while (!relaying_.empty() && relaying_.front().since + idle_timeout <= now_) {
@@ -728,7 +809,7 @@ void Loop::ReportConnectTimeout(const Connection& c) {
       std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
   uint64_t held_back = 0;
   if (!connect_timeout_log_.Count(now_ms, held_back)) return;
-  std::string line = "kernel path: backend " + ToString(c.rule->backend) +
+  std::string line = "kernel path: backend " + ToString(c.rule->backend_address(c.backend_index)) +
                      " did not complete the handshake within " +
                      std::to_string(config_.limits.connect_timeout.count()) + " ms";
   tcp_info info{};
@@ -746,6 +827,10 @@ int Loop::NextTimeoutMs() const {
   if (!turns_.empty()) return 0;
   std::optional<Clock::time_point> next;
   if (!connecting_.empty()) next = connecting_.front().since + config_.limits.connect_timeout;
+  if (!trying_.empty()) {
+    const auto attempt = trying_.front().since + config_.limits.connect_timeout / kFailoverShare;
+    next = next ? std::min(*next, attempt) : attempt;
+  }
   if (config_.limits.idle_timeout.count() != 0 && !relaying_.empty()) {
     const auto idle = relaying_.front().since + config_.limits.idle_timeout;
     next = next ? std::min(*next, idle) : idle;
@@ -773,8 +858,8 @@ void Loop::AnswerDesk() {
 }
 
 void Loop::CopyTable(std::vector<SessionRecord>& table) const {
-  table.reserve(connecting_.size() + relaying_.size());
-  for (const ConnectionList* list : {&connecting_, &relaying_}) {
+  table.reserve(connecting_.size() + trying_.size() + relaying_.size());
+  for (const ConnectionList* list : {&connecting_, &trying_, &relaying_}) {
     for (const Connection& c : *list) {
       SessionRecord& r = table.emplace_back();
       r.id = c.id;
@@ -792,7 +877,7 @@ void Loop::CopyTable(std::vector<SessionRecord>& table) const {
 // A walk of the lists rather than an index by id: an index would cost every connection an
 // insert and an erase (an allocation each) for a command an operator types.
 bool Loop::EndById(uint64_t id) {
-  for (ConnectionList* list : {&connecting_, &relaying_}) {
+  for (ConnectionList* list : {&connecting_, &trying_, &relaying_}) {
     for (Connection& c : *list) {
       if (c.id != id) continue;
       Finish(c, End::kAdminShutdown);  // both legs reset: not a complete stream to either peer
@@ -804,6 +889,7 @@ bool Loop::EndById(uint64_t id) {
 
 void Loop::ResetEverything() {
   while (!connecting_.empty()) Finish(connecting_.front(), End::kStopped);
+  while (!trying_.empty()) Finish(trying_.front(), End::kStopped);
   while (!relaying_.empty()) Finish(relaying_.front(), End::kStopped);
   ended_.clear();
   turns_.clear();

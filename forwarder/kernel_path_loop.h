@@ -9,6 +9,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "forwarder/kernel_path.h"
@@ -120,6 +121,13 @@ class Loop {
   void RecordSession(const Rule& rule, const sockaddr_storage& peer, SessionResult result,
                      uint64_t bytes_in, uint64_t bytes_out);
   void OnLegEvent(Connection& c, bool client_leg, uint32_t events);
+  // The backend leg toward c.backend_index: connecting, or failed over, or c finished.
+  void OpenBackend(Connection& c);
+  // A handshake with the backend failed (`why`): another backend of the rule, if one is left
+  // and there is time, else the end.
+  void Failover(Connection& c, End why);
+  struct RuleBackends;
+  RuleBackends& BackendsOf(const Rule& rule);
   void OnConnected(Connection& c);
   bool SendProxyHeader(Connection& c);  // false: the backend did not take it whole
   void Relay(Connection& c);
@@ -153,12 +161,21 @@ class Loop {
 
   // Connections live in these lists and move between them with splice (no allocation, no
   // address change). connecting_ is ordered by connect start, relaying_ by last activity, so
-  // the front of each is the next deadline. ended_ holds connections finished during this
-  // iteration until its epoll events can no longer name them.
-  ConnectionList connecting_, relaying_, ended_;
+  // the front of each is the next deadline. trying_ holds the handshakes of rules with several
+  // backends, each given a share of the connect timeout (kFailoverShare) so that a silent
+  // backend leaves time to fail over. ended_ holds connections finished during this iteration
+  // until its epoll events can no longer name them.
+  ConnectionList connecting_, trying_, relaying_, ended_;
+  static constexpr int kFailoverShare = 3;
+  // Each rule's picker and passive health, made on the rule's first connection here.
+  std::unordered_map<const Rule*, std::unique_ptr<RuleBackends>> backends_;
   std::vector<Connection*> turns_;          // spent their budget; continue next iteration
   std::vector<Connection*> turns_running_;  // turns_ being served (kept for its capacity)
   Clock::time_point now_;
+  uint64_t NowMs() const {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
+  }
   const int thread_;
   uint64_t next_id_ = 0;  // the last connection's number on this thread
   FlightRecorder* recorder_ = nullptr;

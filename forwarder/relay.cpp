@@ -1,6 +1,7 @@
 // The relay state machine on lwIP's raw API (see relay.h). Every lwIP callback lands in
 // Relay::Callbacks, a noexcept trampoline into the connection it belongs to.
 #include "forwarder/relay.h"
+#include "forwarder/relay_internal.h"
 
 #include <time.h>
 
@@ -20,37 +21,6 @@ extern "C" {
 
 namespace xdpfwd {
 namespace {
-
-ip_addr_t LwipAddress(in_addr a) {
-  ip_addr_t out;
-  ip_addr_set_ip4_u32(&out, a.s_addr);
-  return out;
-}
-
-// Received data waiting for the other leg: a queue of pbuf chains (a chain's length is a u16,
-// so a window's worth of data cannot be one chain). Empty costs nothing.
-class PbufQueue {
- public:
-  bool empty() const { return head_ == items_.size(); }
-  pbuf*& front() { return items_[head_]; }
-  void push(pbuf* p) { items_.push_back(p); }
-  void pop() {
-    if (++head_ == items_.size()) {
-      items_.clear();
-      head_ = 0;
-    }
-  }
-  void FreeAll() {
-    for (size_t i = head_; i < items_.size(); ++i) pbuf_free(items_[i]);
-    items_.clear();
-    items_.shrink_to_fit();
-    head_ = 0;
-  }
-
- private:
-  std::vector<pbuf*> items_;
-  size_t head_ = 0;
-};
 
 // UMEM frames (custom pbufs), and the pbuf pool that lwIP's out-of-order queues copy into
 // (patch 0022): both are shared by every connection.
@@ -75,60 +45,6 @@ pbuf* Compact(pbuf* p) {
 }
 
 }  // namespace
-
-struct Relay::Leg : ListHook<Leg, Owed> {
-  Connection* conn = nullptr;
-  tcp_pcb* pcb = nullptr;
-  bool is_client = false;
-  bool connected = false;
-  bool fin_received = false;   // the peer's FIN has arrived (lwIP's recv with a null pbuf)
-  bool fin_sent = false;       // our FIN is queued toward this peer
-  bool backpressured = false;  // bytes from this leg wait for the other leg's room (recorded)
-  // The Nagle/delayed-ACK stall (Relay::CheckNagle): when the peer's last bytes arrived and
-  // whether they were less than a segment, when lwIP's fast timer last sent an ACK it had held
-  // back, how many of the peer's segments in a row came right behind such an ACK, and whether
-  // the peer was found waiting for them (its small segments are ACKed at once since).
-  bool last_data_small = false;
-  bool quick_ack = false;
-  uint8_t nagle_run = 0;
-  uint64_t last_data_ns = 0;
-  uint64_t held_ack_ns = 0;
-  PbufQueue backlog;      // received from this leg, not yet queued on the other leg
-  uint64_t received = 0;  // bytes lwIP delivered from this leg's peer
-  uint64_t relayed = 0;   // of those, bytes queued on the other leg
-  // While bytes wait for this leg's peer (on owed_): when the peer last acknowledged some, or
-  // when they started waiting. The stall timeout counts from here.
-  uint64_t progress_ms = 0;
-};
-
-struct Relay::Connection : ListHook<Connection, ByActivity>,
-                           ListHook<Connection, Connecting>,
-                           ListHook<Connection, Watched> {
-  Relay* relay = nullptr;
-  const RelayRule* rule = nullptr;
-  Leg client, backend;
-  uint64_t started_ms = 0;
-  uint64_t last_active_ms = 0;
-  FlowBooking flows;  // the ledger's entries and port for this connection
-  bool finished = false;
-  // For the access log: how it ended. The first FIN decides which side closed first; a reset
-  // or a timeout says its own reason.
-  bool end_known = false;
-  SessionResult end = SessionResult::kUnknownError;
-  uint32_t trace_id = 0;     // the flight recorder's name for it
-  uint64_t listed = 0;       // the last `show sess` listing that has it (Relay::listing_)
-  uint64_t accepted_ns = 0;  // the worker's clock when the client's connection was taken
-  RelayCounters* rule_counters = nullptr;  // its rule's, beside the relay's own
-
-  Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
-};
-
-struct Relay::Listener {
-  Relay* relay = nullptr;
-  const RelayRule* rule = nullptr;
-  RelayCounters* rule_counters = nullptr;  // the rule's own (Relay::rule_counters_)
-  tcp_pcb* pcb = nullptr;
-};
 
 namespace {
 
@@ -183,7 +99,8 @@ struct Relay::Callbacks {
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
-    r.connecting_.Remove(c);
+    c.version->health.Succeeded(c.backend_index);
+    r.ConnectingOf(c).Remove(c);
     r.Touch(c);
     r.Pump(c, c.client, c.backend);
     return scope.result();
@@ -310,7 +227,7 @@ struct Relay::Callbacks {
     }
     leg->backlog.FreeAll();
     if (!leg->is_client && !leg->connected) {
-      r.Reset(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
+      r.Failover(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
     } else {
       r.Reset(c, leg->is_client ? n.client_reset : n.backend_reset);
     }
@@ -335,75 +252,8 @@ Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
   return relay;
 }
 
-// A listen address kept keeps its lwIP listener (no rebind, no SYN lost): it serves the rule's
-// new version from its next client on, while its open connections keep the version they began
-// with. Versions no listener serves go once their last connection has ended (RetireRules).
-Result<void> Relay::SetRules(const std::vector<RelayRule>& rules,
-                             const std::vector<AccessPattern>& global_access) {
-  config_.global_access = global_access;
-  auto same_address = [](const Endpoint& a, const Endpoint& b) {
-    return a.addr.s_addr == b.addr.s_addr && a.port == b.port;
-  };
-  // Listen addresses no rule has any more: closed first, so that a rule may move between them.
-  for (auto it = listeners_.begin(); it != listeners_.end();) {
-    const bool kept = std::any_of(rules.begin(), rules.end(), [&](const RelayRule& r) {
-      return same_address(r.listen, (*it)->rule->listen);
-    });
-    if (kept) {
-      ++it;
-      continue;
-    }
-    CloseListener(**it);
-    it = listeners_.erase(it);
-  }
-  std::string failed;
-  for (const RelayRule& rule : rules) {
-    auto listener = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) {
-      return same_address(l->rule->listen, rule.listen);
-    });
-    if (listener != listeners_.end() && (*listener)->rule->id == rule.id) continue;
-    rules_.push_back(std::make_unique<RelayRule>(rule));
-    rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
-    if (listener != listeners_.end()) {
-      (*listener)->rule = rules_.back().get();
-      (*listener)->rule_counters = rule_counters_.back().second.get();
-    } else if (auto r = Listen(*rules_.back(), *rule_counters_.back().second); !r) {
-      failed += (failed.empty() ? "" : "; ") + r.error().message();
-    }
-  }
-  RetireRules();
-  if (!failed.empty()) return Error{{}, failed};
-  return {};
-}
-
-void Relay::CloseListener(Listener& l) {
-  tcp_arg(l.pcb, nullptr);
-  tcp_accept(l.pcb, nullptr);
-  tcp_close(l.pcb);
-  l.pcb = nullptr;
-}
-
-void Relay::RetireRules() {
-  size_t kept = 0;
-  for (size_t i = 0; i < rules_.size(); ++i) {
-    const RelayRule* rule = rules_[i].get();
-    const bool listened = std::any_of(listeners_.begin(), listeners_.end(),
-                                      [&](const auto& l) { return l->rule == rule; });
-    if (!listened && rule_counters_[i].second->active.load(std::memory_order_relaxed) == 0) {
-      continue;  // freed below, with its counters
-    }
-    if (kept != i) {
-      rules_[kept] = std::move(rules_[i]);
-      rule_counters_[kept] = std::move(rule_counters_[i]);
-    }
-    ++kept;
-  }
-  rules_.resize(kept);
-  rule_counters_.resize(kept);
-  retiring_ = rules_.size() > listeners_.size();
-}
-
-Result<void> Relay::Listen(const RelayRule& rule, RelayCounters& counters) {
+Result<void> Relay::Listen(RuleVersion& version, RelayCounters& counters) {
+  const RelayRule& rule = version.rule;
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) return Error{{}, "lwIP: no pcb for a listener (MEMP_NUM_TCP_PCB)"};
   // Not tcp_bind: it refuses a port that connections still use (lwIP has no SO_REUSEADDR in
@@ -422,6 +272,7 @@ Result<void> Relay::Listen(const RelayRule& rule, RelayCounters& counters) {
   }
   auto listener = std::make_unique<Listener>();
   listener->relay = this;
+  listener->version = &version;
   listener->rule = &rule;
   listener->rule_counters = &counters;
   listener->pcb = listening;
@@ -465,7 +316,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   auto* c = new Connection();
   c->relay = this;
   c->rule = listener.rule;
-  c->started_ms = c->last_active_ms = now_ms_;
+  c->version = listener.version;
+  c->started_ms = c->last_active_ms = c->attempt_ms = now_ms_;
   c->accepted_ns = now_ns_;
   c->rule_counters = listener.rule_counters;
   c->client.conn = c->backend.conn = c;
@@ -473,13 +325,14 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   c->client.connected = true;
   c->client.pcb = pcb;
   live_.PushBack(*c);
-  connecting_.PushBack(*c);
+  ConnectingOf(*c).PushBack(*c);
   RelayCounters::Add(counters_.accepted);
   RelayCounters::Add(counters_.active);
   RelayCounters::Add(c->rule_counters->accepted);
   RelayCounters::Add(c->rule_counters->active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
+  PickBackend(*c);  // never fails here: nothing is tried yet, and down marks are only a guess
   c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
   Trace(*c, RecorderEvent::kClientEstablished, c->client, c->rule->id, ends.remote_port);
   RecordSession(*c->rule, client_flow, SessionResult::kOpened, 0, 0);
@@ -510,7 +363,6 @@ bool Relay::SendProxyHeader(Connection& c) {
 
 // nullptr when the backend leg is on its way, else the counter saying why it is not.
 std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
-  const RelayRule& rule = *c.rule;
   if (!ledger_.LeaseBackendPort(c.flows)) return &counters_.backend_no_port;
   tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
   if (pcb == nullptr) {
@@ -532,8 +384,8 @@ std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
   tcp_sent(pcb, Callbacks::Sent);
   tcp_err(pcb, Callbacks::Err);
   tcp_nagle_disable(pcb);
-  const ip_addr_t backend = LwipAddress(rule.backend.addr);
-  if (tcp_connect(pcb, &backend, rule.backend.port, Callbacks::Connected) != ERR_OK) {
+  const ip_addr_t backend = LwipAddress(c.flows.backend.addr);
+  if (tcp_connect(pcb, &backend, c.flows.backend.port, Callbacks::Connected) != ERR_OK) {
     DetachCallbacks(pcb);
     tcp_close(pcb);  // still CLOSED: this frees it
     c.backend.pcb = nullptr;
@@ -756,7 +608,8 @@ void Relay::Finish(Connection& c) {
   c.backend.backlog.FreeAll();
   if (listing_next_ == &c) listing_next_ = live_.Next(c);
   live_.Remove(c);
-  connecting_.Remove(c);
+  ConnectingOf(c).Remove(c);
+  c.version->picker.Closed(c.backend_index);
   watched_.Remove(c);
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
@@ -879,6 +732,11 @@ bool Relay::ExpireDeadlines() {
     Reset(*connecting_.front(), counters_.backend_timeout);  // unlinks it
     expired = true;
   }
+  while (!trying_.empty() && now_ms_ - trying_.front()->attempt_ms >= connect_ms / kFailoverShare) {
+    ReportConnectTimeout(*trying_.front());
+    Failover(*trying_.front(), counters_.backend_timeout);  // to the back, or unlinked
+    expired = true;
+  }
   const auto idle_ms = static_cast<uint64_t>(config_.limits.idle_timeout.count());
   while (idle_ms > 0 && !live_.empty() && now_ms_ - live_.front()->last_active_ms >= idle_ms) {
     Reset(*live_.front(), counters_.idle_timeout);
@@ -898,10 +756,12 @@ bool Relay::ExpireDeadlines() {
 void Relay::ReportConnectTimeout(const Connection& c) {
   uint64_t held_back = 0;
   if (!connect_timeout_log_.Count(now_ms_, held_back)) return;
-  std::string line = "relay: backend " + ToString(c.rule->backend) + " did not complete the " +
+  std::string line = "relay: backend " + ToString(c.flows.backend) + " did not complete the " +
                      "handshake of a connection from " + ToString(c.flows.client_flow.saddr) + ":" +
                      std::to_string(c.flows.client_flow.sport) + " within " +
-                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
+                     std::to_string(config_.limits.connect_timeout.count() /
+                                    (&ConnectingOf(c) == &trying_ ? kFailoverShare : 1)) +
+                     " ms";
   if (const tcp_pcb* pcb = c.backend.pcb) {
     line += std::string(" (lwIP ") + tcp_debug_state_str(pcb->state) + ", SYN sent " +
             std::to_string(pcb->nrtx + 1) + " times, from port " + std::to_string(pcb->local_port) +

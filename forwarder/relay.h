@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "forwarder/backend_ports.h"
+#include "forwarder/balance.h"
 #include "forwarder/flow_ledger.h"
 #include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
@@ -27,11 +28,25 @@ struct tcp_pcb;
 
 namespace xdpfwd {
 
+// One more backend of a rule (its `backend` lines), reached like the rule's own backend: through
+// the rule's backend-side interface, from its backend sources.
+struct RelayBackend {
+  Endpoint address;
+  uint32_t weight = 1;
+  bool backup = false;
+};
+
 // A rule as the relay serves it: the listener, and the route its flows and backend legs take.
 struct RelayRule : FlowRoute {
   Endpoint listen;
   std::vector<AccessPattern> access;         // the rule's own allow/deny lines (forwarder/access.h)
   ProxyVersion proxy = ProxyVersion::kNone;  // a PROXY header first toward the backend
+  // Several backends: FlowRoute::backend is the first (its weight here), then these; each
+  // connection takes one (forwarder/balance.h) and fails over to another if its handshake
+  // fails.
+  uint32_t backend_weight = 1;
+  std::vector<RelayBackend> more_backends;
+  BalanceMethod balance = BalanceMethod::kRoundRobin;
 };
 
 struct RelayConfig {
@@ -137,6 +152,7 @@ class Relay {
 
  private:
   struct Listener;
+  struct RuleVersion;  // a rule as served: picker and passive health of its backends
   // The lists a connection is on (tags for IntrusiveList).
   struct ByActivity;  // every live connection, least recently active first: idle deadlines
   struct Connecting;  // backend handshake under way, oldest first: connect deadlines
@@ -144,12 +160,20 @@ class Relay {
   struct Owed;        // legs with bytes waiting for their peer, least recent progress first
 
   explicit Relay(const RelayConfig& config);
-  Result<void> Listen(const RelayRule& rule, RelayCounters& counters);
+  Result<void> Listen(RuleVersion& version, RelayCounters& counters);
   void CloseListener(Listener& listener);
   // Frees the rules no listener serves and no connection uses any more.
   void RetireRules();
   int Accept(Listener& listener, tcp_pcb* pcb);
   std::atomic<uint64_t>* StartBackend(Connection& c);
+  // The backend for `c` (c.flows.backend), among its rule's healthy ones it has not tried; false
+  // if none is left.
+  bool PickBackend(Connection& c);
+  // c's backend handshake failed (`reason`): another backend if one is left and the connect
+  // timeout allows, else the reset the client would have had.
+  void Failover(Connection& c, std::atomic<uint64_t>& reason);
+  // The list c's handshake waits in: connecting_, or trying_ for rules with several backends.
+  IntrusiveList<Connection, Connecting>& ConnectingOf(const Connection& c);
   bool SendProxyHeader(Connection& c);  // false: lwIP would not queue it
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
@@ -179,7 +203,7 @@ class Relay {
   RelayConfig config_;
   RelayCounters counters_;
   // Every rule version still served or used, and its counters (same index).
-  std::vector<std::unique_ptr<RelayRule>> rules_;
+  std::vector<std::unique_ptr<RuleVersion>> rules_;
   std::vector<std::pair<uint32_t, std::unique_ptr<RelayCounters>>> rule_counters_;
   bool retiring_ = false;  // some version waits for its last connection (Tick retires it)
   std::unique_ptr<WriteRefPool> refs_;  // declared before anything whose teardown frees pcbs
@@ -188,6 +212,10 @@ class Relay {
   std::vector<std::unique_ptr<Listener>> listeners_;
   IntrusiveList<Connection, ByActivity> live_;
   IntrusiveList<Connection, Connecting> connecting_;
+  // Handshakes of rules with several backends, each attempt given a third of the connect
+  // timeout, so that a silent backend leaves time to fail over (ordered by attempt start).
+  IntrusiveList<Connection, Connecting> trying_;
+  static constexpr uint64_t kFailoverShare = 3;
   IntrusiveList<Connection, Watched> watched_;
   IntrusiveList<Leg, Owed> owed_;      // stall deadlines
   std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks

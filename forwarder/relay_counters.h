@@ -55,7 +55,11 @@ struct RelayLimits {
     "ACKed at once since; fast path)")                                                     \
   X(backend_nagle_peers, counter,                                                          \
     "backend legs whose small segments waited for our delayed ACK (Nagle on the backend; " \
-    "ACKed at once since; fast path)")
+    "ACKed at once since; fast path)")                                                     \
+  X(backend_failovers, counter,                                                            \
+    "backend handshakes that failed and were retried on another backend of the rule")      \
+  X(backends_marked_down, counter,                                                         \
+    "backends left out of the picks after failed handshakes in a row (passive health)")
 
 // A plain copy, summable across threads and paths.
 struct RelayTotals {

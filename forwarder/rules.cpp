@@ -121,4 +121,16 @@ bool operator==(const SocketAddress& a, const SocketAddress& b) {
 
 std::string_view ProtocolName(Protocol p) { return p == Protocol::kUdp ? "udp" : "tcp"; }
 
+std::vector<RuleBackend> AllBackends(const Rule& rule) {
+  std::vector<RuleBackend> all;
+  RuleBackend first;
+  first.address = rule.backend;
+  first.host = rule.backend_host;
+  first.weight = rule.backend_weight;
+  first.line = rule.line;
+  all.push_back(std::move(first));
+  all.insert(all.end(), rule.more_backends.begin(), rule.more_backends.end());
+  return all;
+}
+
 }  // namespace xdpfwd

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "forwarder/balance.h"
 #include "forwarder/proxy_protocol.h"
 #include "os/endpoint.h"
 #include "os/result.h"
@@ -58,6 +59,15 @@ struct AccessPattern {
 // rinetd's UDP association idle limit when a rule has no [timeout=N] (rinetd.8).
 inline constexpr uint32_t kDefaultUdpTimeoutS = 72;
 
+// One more backend of a rule (a `backend` line after it, docs/configuration.md).
+struct RuleBackend {
+  SocketAddress address;
+  std::string host;  // as written
+  uint32_t weight = 1;
+  bool backup = false;  // used only while none of the others is usable
+  int line = 0;
+};
+
 struct Rule {
   uint32_t id = 0;  // index in the rule list; the steering program records it per flow
   SocketAddress listen;
@@ -71,6 +81,11 @@ struct Rule {
   SocketAddress source;
   // [timeout=N]: seconds a UDP association may be idle before it is closed.
   uint32_t udp_timeout_s = kDefaultUdpTimeoutS;
+  // [weight=N]: `backend`'s weight among the rule's backends.
+  uint32_t backend_weight = 1;
+  // `backend` lines after the rule: more backends, and how a connection picks among them all.
+  std::vector<RuleBackend> more_backends;
+  BalanceMethod balance = BalanceMethod::kRoundRobin;
   // [proxy=v1|v2]: a PROXY protocol header first on every backend connection (TCP backends).
   ProxyVersion proxy = ProxyVersion::kNone;
   // allow/deny lines after this rule and before the next: the rule's own access list.
@@ -81,7 +96,15 @@ struct Rule {
   bool is_stream() const {
     return listen_protocol == Protocol::kTcp && backend_protocol == Protocol::kTcp;
   }
+  // Backend i: 0 is `backend`, then the `backend` lines in order.
+  size_t backend_count() const { return 1 + more_backends.size(); }
+  const SocketAddress& backend_address(size_t i) const {
+    return i == 0 ? backend : more_backends[i - 1].address;
+  }
 };
+
+// Every backend of `rule`: its connect address (and weight) first, then its `backend` lines.
+std::vector<RuleBackend> AllBackends(const Rule& rule);
 
 // Whether a listener for `rule` must serve IPv6 only (IPV6_V6ONLY). A [::] listener serves IPv4
 // clients too, as rinetd's does under Linux's default net.ipv6.bindv6only=0, unless an IPv4

@@ -73,9 +73,17 @@ bool SameRule(const Rule& a, const Rule& b) {
   if (!(a.listen == b.listen) || !(a.backend == b.backend) || !(a.source == b.source) ||
       a.listen_protocol != b.listen_protocol || a.backend_protocol != b.backend_protocol ||
       a.listen_host != b.listen_host || a.backend_host != b.backend_host ||
-      a.udp_timeout_s != b.udp_timeout_s || a.proxy != b.proxy ||
+      a.udp_timeout_s != b.udp_timeout_s || a.proxy != b.proxy || a.balance != b.balance ||
+      a.backend_weight != b.backend_weight || a.more_backends.size() != b.more_backends.size() ||
       a.access.size() != b.access.size()) {
     return false;
+  }
+  for (size_t i = 0; i < a.more_backends.size(); ++i) {
+    const RuleBackend &x = a.more_backends[i], &y = b.more_backends[i];
+    if (!(x.address == y.address) || x.host != y.host || x.weight != y.weight ||
+        x.backup != y.backup) {
+      return false;
+    }
   }
   for (size_t i = 0; i < a.access.size(); ++i) {
     if (a.access[i].allow != b.access[i].allow || a.access[i].pattern != b.access[i].pattern) {
@@ -92,7 +100,9 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
 }
 
 bool FastEligible(const Rule& r) {
-  return r.is_stream() && r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any();
+  return r.is_stream() && r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any() &&
+         std::all_of(r.more_backends.begin(), r.more_backends.end(),
+                     [](const RuleBackend& b) { return b.address.is_ipv4(); });
 }
 
 bool HasId(const std::vector<Rule>& rules, uint32_t id) {

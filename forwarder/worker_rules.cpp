@@ -102,6 +102,15 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
     for (in_addr a : r.sources) w.Put(a.s_addr);
     w.Patterns(r.access);
     w.Put(static_cast<uint8_t>(r.proxy));
+    w.Put(static_cast<uint8_t>(r.balance));
+    w.Put(r.backend_weight);
+    w.Put(static_cast<uint32_t>(r.more_backends.size()));
+    for (const RelayBackend& b : r.more_backends) {
+      w.Put(b.address.addr.s_addr);
+      w.Put(b.address.port);
+      w.Put(b.weight);
+      w.Put(static_cast<uint8_t>(b.backup ? 1 : 0));
+    }
   }
   used = w.used();
   return !w.full();
@@ -111,8 +120,8 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
   Reader r(in, bytes);
   WorkerRuleSet set;
   uint32_t rules = 0;
-  // A rule is 29 bytes at least (no sources, no patterns).
-  if (!r.Patterns(set.global_access) || !r.Count(rules, 29)) return std::nullopt;
+  // A rule is 38 bytes at least (no sources, no patterns, one backend).
+  if (!r.Patterns(set.global_access) || !r.Count(rules, 38)) return std::nullopt;
   for (uint32_t i = 0; i < rules; ++i) {
     WorkerRule w;
     uint32_t sources = 0;
@@ -131,6 +140,23 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
       return std::nullopt;
     }
     w.proxy = static_cast<ProxyVersion>(proxy);
+    uint8_t balance = 0;
+    uint32_t backends = 0;
+    if (!r.Get(balance) || balance > uint8_t(BalanceMethod::kSourceHash) ||
+        !r.Get(w.backend_weight) || !r.Count(backends, 11)) {
+      return std::nullopt;
+    }
+    w.balance = static_cast<BalanceMethod>(balance);
+    for (uint32_t k = 0; k < backends; ++k) {
+      RelayBackend b;
+      uint8_t backup = 0;
+      if (!r.Get(b.address.addr.s_addr) || !r.Get(b.address.port) || !r.Get(b.weight) ||
+          !r.Get(backup) || backup > 1) {
+        return std::nullopt;
+      }
+      b.backup = backup == 1;
+      w.more_backends.push_back(b);
+    }
     set.rules.push_back(std::move(w));
   }
   if (!r.done()) return std::nullopt;

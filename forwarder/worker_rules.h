@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "forwarder/relay.h"
 #include "forwarder/rules.h"
 #include "os/endpoint.h"
 #include "os/result.h"
@@ -30,6 +31,10 @@ struct WorkerRule {
   std::vector<in_addr> sources;       // local addresses of backend legs, used in turn
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
+  // Several backends: `backend` first, with this weight, then these (forwarder/relay.h).
+  uint32_t backend_weight = 1;
+  std::vector<RelayBackend> more_backends;
+  BalanceMethod balance = BalanceMethod::kRoundRobin;
 };
 
 struct WorkerRuleSet {

@@ -31,6 +31,10 @@ WorkerRuleSet Sample() {
   a.sources = {Addr("10.0.0.1"), Addr("10.0.0.9")};
   a.access = {{false, "192.168.*", 5}};
   a.proxy = ProxyVersion::kV2;
+  a.backend_weight = 3;
+  a.balance = BalanceMethod::kSourceHash;
+  a.more_backends = {RelayBackend{{Addr("10.0.0.4"), 9001}, 2, false},
+                     RelayBackend{{Addr("10.0.0.5"), 9002}, 1, true}};
   WorkerRule b;
   b.id = 8;
   b.listen = {Addr("10.0.1.1"), 9002};
@@ -66,6 +70,15 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
     }
     same_patterns(g.access, w.access);
     EXPECT_EQ(g.proxy, w.proxy);
+    EXPECT_EQ(g.backend_weight, w.backend_weight);
+    EXPECT_EQ(g.balance, w.balance);
+    ASSERT_EQ(g.more_backends.size(), w.more_backends.size());
+    for (size_t b = 0; b < w.more_backends.size(); ++b) {
+      EXPECT_EQ(g.more_backends[b].address.addr.s_addr, w.more_backends[b].address.addr.s_addr);
+      EXPECT_EQ(g.more_backends[b].address.port, w.more_backends[b].address.port);
+      EXPECT_EQ(g.more_backends[b].weight, w.more_backends[b].weight);
+      EXPECT_EQ(g.more_backends[b].backup, w.more_backends[b].backup);
+    }
   }
 }
 

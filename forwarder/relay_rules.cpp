@@ -1,0 +1,134 @@
+// The relay's rules (see relay.h): the listeners a reload keeps, opens and closes, the rule
+// versions connections keep, and each connection's backend among its rule's several, with the
+// failover to another when a handshake fails.
+#include <algorithm>
+#include <span>
+#include <string>
+
+#include "forwarder/relay.h"
+#include "forwarder/relay_internal.h"
+#include "os/log.h"
+#include "stack/lwip_pcb.h"
+
+namespace xdpfwd {
+
+// A listen address kept keeps its lwIP listener (no rebind, no SYN lost): it serves the rule's
+// new version from its next client on, while its open connections keep the version they began
+// with. Versions no listener serves go once their last connection has ended (RetireRules).
+Result<void> Relay::SetRules(const std::vector<RelayRule>& rules,
+                             const std::vector<AccessPattern>& global_access) {
+  config_.global_access = global_access;
+  auto same_address = [](const Endpoint& a, const Endpoint& b) {
+    return a.addr.s_addr == b.addr.s_addr && a.port == b.port;
+  };
+  // Listen addresses no rule has any more: closed first, so that a rule may move between them.
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    const bool kept = std::any_of(rules.begin(), rules.end(), [&](const RelayRule& r) {
+      return same_address(r.listen, (*it)->rule->listen);
+    });
+    if (kept) {
+      ++it;
+      continue;
+    }
+    CloseListener(**it);
+    it = listeners_.erase(it);
+  }
+  std::string failed;
+  for (const RelayRule& rule : rules) {
+    auto listener = std::find_if(listeners_.begin(), listeners_.end(), [&](const auto& l) {
+      return same_address(l->rule->listen, rule.listen);
+    });
+    if (listener != listeners_.end() && (*listener)->rule->id == rule.id) continue;
+    rules_.push_back(std::make_unique<RuleVersion>(rule));
+    rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
+    if (listener != listeners_.end()) {
+      (*listener)->version = rules_.back().get();
+      (*listener)->rule = &rules_.back()->rule;
+      (*listener)->rule_counters = rule_counters_.back().second.get();
+    } else if (auto r = Listen(*rules_.back(), *rule_counters_.back().second); !r) {
+      failed += (failed.empty() ? "" : "; ") + r.error().message();
+    }
+  }
+  RetireRules();
+  if (!failed.empty()) return Error{{}, failed};
+  return {};
+}
+
+void Relay::CloseListener(Listener& l) {
+  tcp_arg(l.pcb, nullptr);
+  tcp_accept(l.pcb, nullptr);
+  tcp_close(l.pcb);
+  l.pcb = nullptr;
+}
+
+void Relay::RetireRules() {
+  size_t kept = 0;
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const RuleVersion* version = rules_[i].get();
+    const bool listened = std::any_of(listeners_.begin(), listeners_.end(),
+                                      [&](const auto& l) { return l->version == version; });
+    if (!listened && rule_counters_[i].second->active.load(std::memory_order_relaxed) == 0) {
+      continue;  // freed below, with its counters
+    }
+    if (kept != i) {
+      rules_[kept] = std::move(rules_[i]);
+      rule_counters_[kept] = std::move(rule_counters_[i]);
+    }
+    ++kept;
+  }
+  rules_.resize(kept);
+  rule_counters_.resize(kept);
+  retiring_ = rules_.size() > listeners_.size();
+}
+
+IntrusiveList<Relay::Connection, Relay::Connecting>& Relay::ConnectingOf(const Connection& c) {
+  return c.version->backend_count() > 1 ? trying_ : connecting_;
+}
+
+bool Relay::PickBackend(Connection& c) {
+  RuleVersion& v = *c.version;
+  const std::span<const uint8_t> client(
+      reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr), sizeof(in_addr));
+  auto pick = v.picker.Pick(v.health.Up(now_ms_), c.tried, client);
+  // Every backend left marked down: try them anyway (the marks are a guess, a handshake is not).
+  if (!pick) pick = v.picker.Pick(~uint64_t{0}, c.tried, client);
+  if (!pick) return false;
+  c.backend_index = *pick;
+  c.flows.backend = v.backend(*pick);
+  v.picker.Opened(*pick);
+  return true;
+}
+
+// Nothing has gone to the failed backend (the client's bytes wait in the client leg's backlog
+// until a handshake completes, the PROXY header is queued only then), so the client never
+// learns: another backend takes the connection, as long as the rule has one left untried and the
+// connect timeout since the accept has not run out. The failure counts toward that backend's
+// passive health. Called from lwIP's err callback (the failed pcb is already freed there) or
+// from the connect deadline (the pcb still lives: aborted here).
+void Relay::Failover(Connection& c, std::atomic<uint64_t>& reason) {
+  if (c.finished) return;
+  RuleVersion& v = *c.version;
+  if (v.health.Failed(c.backend_index, now_ms_)) {
+    RelayCounters::Add(counters_.backends_marked_down);
+    RelayCounters::Add(c.rule_counters->backends_marked_down);
+  }
+  v.picker.Closed(c.backend_index);
+  c.tried |= uint64_t{1} << c.backend_index;
+  const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
+  const size_t failed = c.backend_index;
+  if (now_ms_ - c.started_ms >= connect_ms || !PickBackend(c)) {
+    v.picker.Opened(failed);  // Finish closes it again
+    return Reset(c, reason);
+  }
+  RelayCounters::Add(counters_.backend_failovers);
+  RelayCounters::Add(c.rule_counters->backend_failovers);
+  AbortLeg(c.backend);  // a silent backend's pcb: gone, with a reset toward it
+  ledger_.CloseBackendLeg(c.flows, now_ms_);
+  IntrusiveList<Connection, Connecting>& list = ConnectingOf(c);
+  list.Remove(c);
+  c.attempt_ms = now_ms_;
+  list.PushBack(c);  // its deadline is the latest: the list stays in deadline order
+  if (std::atomic<uint64_t>* error = StartBackend(c)) Reset(c, *error);
+}
+
+}  // namespace xdpfwd
