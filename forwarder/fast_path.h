@@ -56,7 +56,7 @@ struct FastPathConfig {
   // Send through a packet socket with GSO (stack/packet_tx.h) rather than the AF_XDP socket;
   // unset: where the AF_XDP socket runs in copy mode.
   std::optional<bool> packet_tx;
-  // With the packet socket: batches of single segments through the AF_XDP port (--tx-small).
+  // With the packet socket: batches of single segments through the AF_XDP port (--tune tx-small).
   SmallBatchTx small_batches = SmallBatchTx::kAcksThroughPacket;
   // Relay bytes that leave at once by reference to their receive frame (RelayConfig::
   // zero_copy_refs); false: copy them all.
@@ -102,7 +102,7 @@ struct QueueRx {
   X(tx_checksum_offloaded, counter, "tx_checksum_offloaded")                                       \
   X(tx_no_neighbor, counter, "tx_no_neighbor") /* next hop's MAC unknown: resent */                \
   X(tx_socket_packets, counter,                                                                    \
-    "tx_socket_packets") /* --tx packet: packets sent, GSO ones once */                            \
+    "tx_socket_packets") /* --tune tx=packet: packets sent, GSO ones once */                       \
   X(tx_socket_segments, counter, "tx_socket_segments") /* lwIP's packets in them */                \
   X(tx_socket_gso, counter, "tx_socket_gso")           /* packets of more than one segment */      \
   X(tx_socket_sends, counter, "tx_socket_sends")       /* sendmmsg calls */                        \

@@ -49,7 +49,7 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
                        std::to_string(max_mtu) + " the fast path can " + (rx ? "receive" : "send") +
                        " (one packet per " +
                        std::to_string(rx ? link.rx_frame_bytes : link.tx_frame_bytes) +
-                       "-byte AF_XDP frame with --multi-buffer off" +
+                       "-byte AF_XDP frame with --tune multi-buffer=off" +
                        (veth && rx ? ", and native XDP on veth stops at 3506" : "") + "); " +
                        Fixes(link.ifname, max_mtu)};
     }
@@ -65,7 +65,7 @@ Result<void> CheckLinkFit(const LinkFacts& link) {
                      ", where the veth peer keeps its TSO: 64 KiB packets arrive that do not fit "
                      "a " +
                      std::to_string(link.rx_frame_bytes) +
-                     "-byte AF_XDP frame with --multi-buffer off, and connections would hang; "
+                     "-byte AF_XDP frame with --tune multi-buffer=off, and connections would hang; "
                      "use multi-buffer, native mode (--native), or --path kernel"};
   }
   if (link.rx_aggregation) {

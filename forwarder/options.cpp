@@ -38,6 +38,15 @@ Result<PortRange> ParsePortRange(const std::string& text) {
   return PortRange{static_cast<uint16_t>(*lo), static_cast<uint16_t>(*hi)};
 }
 
+// "--tx-small packet" or "--copy", a lever's spelling before --tune: refused now, with the
+// --tune that says the same; the value is the next argument where the key takes it.
+std::string OldLeverHint(const TuningKey& lever, const std::vector<std::string>& args, size_t i) {
+  std::string value = lever.Values();
+  if (Tuning scratch; i + 1 < args.size() && lever.Set(scratch, args[i + 1])) value = args[i + 1];
+  return "the measurement levers are set with --tune KEY=VALUE: --tune " + std::string(lever.key) +
+         "=" + value + " (xdpfwd --help-tune lists them)";
+}
+
 }  // namespace
 
 const char* Usage() {
@@ -300,15 +309,6 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
     } else if (a == "--tune") {
       XDPFWD_VALUE(v);
       if (auto set = ParseTune(o.tuning, *v); !set) return set.error();
-    } else if (a == "--copy") {
-      // The old spelling of --tune copy=on: a flag, where every other lever took a value.
-      o.tuning.kernel_copy = true;
-    } else if (const TuningKey* lever =
-                   a.rfind("--", 0) == 0 ? FindTuningKey(a.substr(2)) : nullptr) {
-      // "--KEY VALUE", the old spelling of --tune KEY=VALUE: kept, silently and out of --help,
-      // for the tests and messages that still use it (tests/netns/, link_fit.cpp).
-      XDPFWD_VALUE(v);
-      if (auto set = lever->Set(o.tuning, *v); !set) return set.error();
     } else if (a == "--backend-source") {
       XDPFWD_VALUE(v);
       auto list = ParseAddressList(a, *v);
@@ -339,6 +339,9 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
       if (!n) return n.error();
       o.stats_interval_s = *n;
     } else if (a.size() > 1 && a[0] == '-') {
+      if (const TuningKey* lever = a.rfind("--", 0) == 0 ? FindTuningKey(a.substr(2)) : nullptr) {
+        return Error{{}, "unknown option " + a + ": " + OldLeverHint(*lever, args, i)};
+      }
       return Error{{}, "unknown option " + a + " (xdpfwd --help lists them)"};
     } else {
       positional.push_back(a);

@@ -68,7 +68,7 @@ struct RelayConfig {
   // Received data that fits the peer's window is queued on the other leg by reference to the
   // frame it arrived in (lwIP patch 0032) instead of copied; at most this many references at
   // once (a segment's worth of data each), so send queues can never pin more receive frames
-  // than that. 0: always copy (xdpfwd --relay-copy always).
+  // than that. 0: always copy (xdpfwd --tune relay-copy=always).
   uint32_t zero_copy_refs = 2048;
   // The worker's flight recorder (os/flight_recorder.h): each connection's life, on the clock
   // Tick was last given. Not owned; nullptr: nothing recorded.

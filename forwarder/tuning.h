@@ -45,7 +45,7 @@ struct Tuning {
 // One key of --tune. Its value is one of the words of `words` ("af-xdp|acks|packet"), or,
 // where `words` is empty, a number from min to max.
 struct TuningKey {
-  std::string_view key;  // the name of the option it was: "tx-small" for --tx-small
+  std::string_view key;  // "tx-small" in --tune tx-small=acks (the option --tx-small before)
   std::string_view words;
   uint64_t min = 0, max = 0;
   std::string_view help;           // what it chooses, naming the path it acts on

@@ -44,7 +44,7 @@ struct LwipNetifConfig {
   // TX through a packet socket with GSO (stack/packet_tx.h) instead of the AF_XDP port: for
   // ports in copy mode, where AF_XDP builds one skb per frame and cannot send GSO.
   bool packet_tx = false;
-  // With packet_tx: where a batch of single segments goes (xdpfwd --tx-small).
+  // With packet_tx: where a batch of single segments goes (xdpfwd --tune tx-small).
   SmallBatchTx small_batches = SmallBatchTx::kAcksThroughPacket;
 };
 

@@ -29,7 +29,7 @@ struct XskPortConfig {
   // backed off past 5 s; 4096 held all 100,000 (one run; drops 92,000).
   uint32_t ring_size = 4096;
   // The fewest frames the fill ring keeps posted under steady load (FillDepth: it deepens at
-  // once after a burst, back to ring_size). ring_size (xdpfwd --fill-depth full): always all.
+  // once after a burst, back to ring_size). ring_size (xdpfwd --tune fill-depth=full): always all.
   uint32_t fill_floor = 512;
   bool try_zero_copy = true;  // bind with XDP_ZEROCOPY first, copy mode if the driver refuses
   // Bind with XDP_USE_SG: a packet longer than a frame (a TSO super-segment in generic mode, a
@@ -40,7 +40,7 @@ struct XskPortConfig {
   uint32_t busy_poll_budget = 64;
   // TX checksum offload through AF_XDP TX metadata where the kernel takes it (6.11+): the
   // netif leaves the TCP checksum to the kernel or the device. false: lwIP computes every
-  // checksum in software (xdpfwd --tx-checksum software, the A/B switch).
+  // checksum in software (xdpfwd --tune tx-checksum=software, the A/B switch).
   bool tx_checksum_offload = true;
   // Frames one copy-mode sendto() may send: the TX ring size where the kernel takes
   // XDP_MAX_TX_SKB_BUDGET (6.17+), else its fixed 32. false: leave the kernel's 32.

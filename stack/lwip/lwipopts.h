@@ -61,8 +61,8 @@
  * queue holding a reference on the frame it arrived in until the data is acknowledged. */
 #define TCP_WRITE_REF 1
 /* tcp_ooseq_ack_release (patch 0033): the ACK of out-of-order data waits one round of input
- * while tcp_ooseq_ack_hold is set (the worker's --ooseq-ack), so a segment that was only late
- * does not make a SACK peer resend it. */
+ * while tcp_ooseq_ack_hold is set (the worker's --tune ooseq-ack), so a segment that was only
+ * late does not make a SACK peer resend it. */
 #define TCP_OOSEQ_ACK_HOLD 1
 /* One pcb's share of that pool: a whole window (TCP_WND) of full-sized segments at MTU 1500
  * (718, a buffer each), so an honest sender never loses queued data to it (a limit of 256 made
@@ -134,9 +134,9 @@
   ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
 #define TCP_CUBIC 1
 /* A rate-based controller after BBR's model (our patch 0031) that a connection uses instead of
- * CUBIC when xdpfwd_tcp_cc says so at its creation (xdpfwd --congestion-control). Round trips and
- * delivery rates are timed in microseconds, from the clock the worker reads once per iteration.
- * docs/stack.md, "A rate-based controller". */
+ * CUBIC when xdpfwd_tcp_cc says so at its creation (xdpfwd --tune congestion-control). Round
+ * trips and delivery rates are timed in microseconds, from the clock the worker reads once per
+ * iteration. docs/stack.md, "A rate-based controller". */
 #define TCP_BBR 1
 #define LWIP_TCP_NOW_US() xdpfwd_lwip_now_us()
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return

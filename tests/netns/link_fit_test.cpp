@@ -64,7 +64,7 @@ class LinkFitTest : public ::testing::Test {
 // Without multi-buffer one packet must fit one frame: MTU 9000 is refused with the fix.
 TEST_F(LinkFitTest, JumboMtuWithoutMultiBufferRefusesTheXdpPathWithTheFix) {
   Build(9000);
-  const RunResult r = RunXdpPath({"--multi-buffer", "off"});
+  const RunResult r = RunXdpPath({"--tune", "multi-buffer=off"});
   EXPECT_EQ(r.status, 1) << r.output;
   for (const std::string& part :
        {topo_->client_side_if() + ": MTU 9000 is above the 3506 the fast path can receive",
@@ -78,7 +78,7 @@ TEST_F(LinkFitTest, JumboMtuWithoutMultiBufferRefusesTheXdpPathWithTheFix) {
 
 TEST_F(LinkFitTest, JumboMtuWithoutMultiBufferInAutoModeIsServedByTheKernelPath) {
   Build(9000);
-  ForwarderProcess fwd("auto", listen(), backend(), {"--multi-buffer", "off"});
+  ForwarderProcess fwd("auto", listen(), backend(), {"--tune", "multi-buffer=off"});
   EXPECT_NE(fwd.output().find("fast path unavailable, serving everything on the kernel path: " +
                               topo_->client_side_if() + ": MTU 9000"),
             std::string::npos)
@@ -93,17 +93,17 @@ TEST_F(LinkFitTest, JumboMtuWithoutMultiBufferInAutoModeIsServedByTheKernelPath)
 
 // MTU 9000 through the fast path, in both modes: 9000-byte packets arrive as chains of three
 // frames (native) or inside TSO chains (generic). lwIP's 8960-byte segments leave as GSO
-// packets through the packet socket (the default on veth), or with --tx af-xdp as chains of
+// packets through the packet socket (the default on veth), or with --tune tx=af-xdp as chains of
 // three TX frames. Before multi-buffer TX this MTU was refused (and before the refusal, it said
 // ready and moved no byte).
 TEST_F(LinkFitTest, JumboMtuIsServedByTheFastPathBothWays) {
   Build(9000);
   for (const std::vector<std::string>& mode :
        {std::vector<std::string>{}, std::vector<std::string>{"--native"},
-        std::vector<std::string>{"--tx", "af-xdp"},
-        std::vector<std::string>{"--native", "--tx", "af-xdp"}}) {
+        std::vector<std::string>{"--tune", "tx=af-xdp"},
+        std::vector<std::string>{"--native", "--tune", "tx=af-xdp"}}) {
     const bool native = !mode.empty() && mode[0] == "--native";
-    const bool af_xdp_tx = mode.size() >= 2 && mode[mode.size() - 1] == "af-xdp";
+    const bool af_xdp_tx = mode.size() >= 2 && mode[mode.size() - 1] == "tx=af-xdp";
     ForwarderProcess fwd("xdp", listen(), backend(), mode);
     EXPECT_NE(fwd.output().find(native ? "XDP native" : "XDP generic"), std::string::npos)
         << fwd.output();
@@ -173,7 +173,7 @@ TEST_F(LinkFitTest, VethDefaultsToGenericAndNativeStaysAvailable) {
 // Generic mode on veth without chains would meet 64 KiB TSO segments it cannot take: refused.
 TEST_F(LinkFitTest, GenericModeOnVethWithoutMultiBufferIsRefused) {
   Build(1500);
-  const RunResult r = RunXdpPath({"--generic", "--multi-buffer", "off"});
+  const RunResult r = RunXdpPath({"--generic", "--tune", "multi-buffer=off"});
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find(topo_->client_side_if() + ": XDP runs in generic mode"),
             std::string::npos)

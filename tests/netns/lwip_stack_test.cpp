@@ -506,7 +506,7 @@ TEST_P(RefusedFlowsTest, AreSentAgainOnceTheBatchHasRoom) {
 INSTANTIATE_TEST_SUITE_P(Flows, RefusedFlowsTest,
                          ::testing::Values(size_t{40}, LwipNetif::max_refused_flows() + 10));
 
-// With --tx-small acks a receiver's run of bare ACKs goes through the packet socket, and that
+// With --tune tx-small=acks a receiver's run of bare ACKs goes through the packet socket, and that
 // flow's next segments follow it there for PacketPathFlows::kHoldNs, though a batch of single
 // segments would take the AF_XDP port: a veth peer with threaded NAPI receives the socket's
 // skbs later than the port's, and the segment would overtake the ACKs (packet_path_flows.h).

@@ -173,8 +173,8 @@ std::map<std::string, uint64_t> RelayTest::OneGibEachWay(const std::vector<std::
     // the hashes say no frame was reused while lwIP still pointed into it.
     const uint64_t referenced = ForwarderProcess::Get(stats, "fast.bytes_referenced");
     EXPECT_EQ(ForwarderProcess::Get(stats, "fast.send_refs"), 0u);
-    if (std::find(extra.begin(), extra.end(), "always") != extra.end()) {
-      EXPECT_EQ(referenced, 0u) << "--relay-copy always";
+    if (std::find(extra.begin(), extra.end(), "relay-copy=always") != extra.end()) {
+      EXPECT_EQ(referenced, 0u) << "--tune relay-copy=always";
     } else {
       EXPECT_GT(referenced, kBytes / 4) << "of " << 2 * kBytes << " bytes relayed";
     }
@@ -194,7 +194,7 @@ TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
   EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_socket_gso"), 0u);
   EXPECT_LT(packets, segments / 4) << "GSO packets of a few segments at least, on average";
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_dropped"), 0u);
-  // Batches of single segments only (the handshakes; not a run of bare ACKs, --tx-small acks,
+  // Batches of single segments only (the handshakes; not a run of bare ACKs, --tune tx-small=acks,
   // nor a flow's segments just after it sent through the socket) take the AF_XDP port, and
   // only they.
   EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_singles_af_xdp"), 0u);
@@ -202,19 +202,19 @@ TEST_P(RelayTest, OneGibEachWayAtTheSameTime) {
             ForwarderProcess::Get(stats, "fast.tx_singles_af_xdp"));
 }
 
-// --tx af-xdp: every segment leaves through the AF_XDP socket (one frame each, checksums
+// --tune tx=af-xdp: every segment leaves through the AF_XDP socket (one frame each, checksums
 // through TX metadata), the path a zero-copy NIC takes by default.
 TEST_P(RelayTest, OneGibEachWayThroughAfXdpTx) {
   if (!fast()) GTEST_SKIP() << "a fast-path TX choice";
-  const auto stats = OneGibEachWay({"--tx", "af-xdp"});
+  const auto stats = OneGibEachWay({"--tune", "tx=af-xdp"});
   EXPECT_GT(ForwarderProcess::Get(stats, "fast.tx_packets"), 2 * kEachWay / 1500);
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_socket_packets"), 0u);
 }
 
-// --relay-copy always: every relayed byte copied into lwIP's send queue, as before patch 0032.
+// --tune relay-copy=always: every relayed byte copied into lwIP's send queue, as before patch 0032.
 TEST_P(RelayTest, OneGibEachWayCopyingEveryByte) {
   if (!fast()) GTEST_SKIP() << "a fast-path relay choice";
-  OneGibEachWay({"--relay-copy", "always"});
+  OneGibEachWay({"--tune", "relay-copy=always"});
 }
 
 // 1,000 connections open at once, each echoing its own message.

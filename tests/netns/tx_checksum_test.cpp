@@ -2,8 +2,8 @@
 // The root-side veths have TX checksumming off, so the kernel completes each offloaded
 // checksum in software on the way out (validate_xmit_skb) and the receiving namespaces verify
 // every segment: a wrong pseudo-header sum or checksum offset gets segments dropped (counted
-// in InCsumErrors) and the echo stalls. --tx-checksum software is the same run with lwIP's
-// checksums. --tx packet (the default on veth) sends GSO packets with the checksum left to
+// in InCsumErrors) and the echo stalls. --tune tx-checksum=software is the same run with lwIP's
+// checksums. --tune tx=packet (the default on veth) sends GSO packets with the checksum left to
 // the kernel: with TX checksumming off the device has no TSO either, so the kernel cuts each
 // packet and checksums every segment in software.
 #include <gtest/gtest.h>
@@ -66,8 +66,9 @@ class TxChecksumTest : public ::testing::TestWithParam<std::string> {
 TEST_P(TxChecksumTest, EveryByteCrossesAndTheReceiversAcceptEveryChecksum) {
   Backend echo(TcpListen(topo_.server_ns(), topo_.server_addr(), kPort), EchoUntilEofOrReset);
   const std::vector<std::string> args =
-      packet() ? std::vector<std::string>{"--tx", "packet"}
-               : std::vector<std::string>{"--tx", "af-xdp", "--tx-checksum", GetParam()};
+      packet()
+          ? std::vector<std::string>{"--tune", "tx=packet"}
+          : std::vector<std::string>{"--tune", "tx=af-xdp", "--tune", "tx-checksum=" + GetParam()};
   ForwarderProcess fwd("xdp", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
                        args);
   const std::string expected = packet()    ? "TX through a packet socket with GSO"

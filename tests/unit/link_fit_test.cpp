@@ -60,7 +60,7 @@ TEST(LinkFitTest, ChainsServeJumboMtusBothWays) {
   EXPECT_NE(why.find("eth7: MTU 9000 is above the 3506 the fast path can receive"),
             std::string::npos)
       << why;
-  EXPECT_NE(why.find("--multi-buffer off"), std::string::npos) << why;
+  EXPECT_NE(why.find("--tune multi-buffer=off"), std::string::npos) << why;
 }
 
 TEST(LinkFitTest, GenericModeOnlyWherePacketsFit) {

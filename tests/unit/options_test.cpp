@@ -254,22 +254,29 @@ TEST(TuneOption, RepeatableAndTheLastValueOfAKeyWins) {
   EXPECT_TRUE(t.adaptive_fill);
 }
 
-// The old spellings (--tx-small packet, --copy) still parse, into the same lever, so that
-// scripts and tests written before --tune keep working; --help no longer shows them.
-TEST(TuneOption, OldFlagsAreAliasesOfTheirKey) {
+// The old spellings (--tx-small packet, --copy) are gone: each is an unknown option, and its
+// error says which --tune to write instead, with the value where it was given.
+TEST(TuneOption, OldFlagsAreRefusedNamingTune) {
   for (const TuningKey& k : TuningKeys()) {
-    if (k.key == "copy") continue;  // a flag without a value: below
     const std::string key(k.key);
     const std::string value =
         k.words.empty() ? std::to_string(k.max) : k.Values().substr(0, k.Values().find('|'));
-    const Tuning old = TuningOf({"--" + key, value});
-    const Tuning tuned = TuningOf({"--tune", key + "=" + value});
-    for (const TuningKey& each : TuningKeys()) {
-      EXPECT_EQ(each.ValueOf(old), each.ValueOf(tuned)) << "--" << key << " " << value;
-    }
+    const std::string error = ErrorOf({"--" + key, value});
+    EXPECT_EQ(error.rfind("unknown option --" + key + ": ", 0), 0u) << error;
+    EXPECT_NE(error.find("--tune " + key + "=" + value + " "), std::string::npos) << error;
+    EXPECT_EQ(ErrorOf({"--" + key + "=" + value}), error);
   }
-  EXPECT_TRUE(TuningOf({"--copy"}).kernel_copy);
-  EXPECT_EQ(ErrorOf({"--tx-small", "x"}), "--tune tx-small=x: expected af-xdp, acks or packet");
+  EXPECT_EQ(ErrorOf({"--tx-small", "packet"}),
+            "unknown option --tx-small: the measurement levers are set with --tune KEY=VALUE: "
+            "--tune tx-small=packet (xdpfwd --help-tune lists them)");
+  // No value, or not one the key takes: the hint lists what it takes.
+  EXPECT_EQ(ErrorOf({"--copy"}),
+            "unknown option --copy: the measurement levers are set with --tune KEY=VALUE: "
+            "--tune copy=off|on (xdpfwd --help-tune lists them)");
+  EXPECT_NE(ErrorOf({"--tx-small", "x"}).find("--tune tx-small=af-xdp|acks|packet "),
+            std::string::npos);
+  // An option that is no lever keeps the usual error.
+  EXPECT_EQ(ErrorOf({"--bogus"}), "unknown option --bogus (xdpfwd --help lists them)");
 }
 
 TEST(TuneOption, HelpShowsTuneNotTheLeversOldFlags) {

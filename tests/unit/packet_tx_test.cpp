@@ -216,8 +216,9 @@ TEST_F(TxBatchTest, FinEndsAPacketAndBareAcksSynsAndOtherOptionsStandAlone) {
   for (uint32_t i = 1; i < 5; ++i) EXPECT_EQ(batch_.segments(i), 1u) << "packet " << i;
 }
 
-// LwipNetif::FlushTx sends a batch of bare ACKs through the packet socket with --tx-small acks:
-// ACK flag alone, no payload, options (SACK) allowed; any other packet makes it a mixed batch.
+// LwipNetif::FlushTx sends a batch of bare ACKs through the packet socket with --tune
+// tx-small=acks: ACK flag alone, no payload, options (SACK) allowed; any other packet makes it a
+// mixed batch.
 TEST_F(TxBatchTest, ABatchKnowsWhetherItHoldsBareAcksOnly) {
   EXPECT_FALSE(batch_.bare_acks_only()) << "empty";
   Segment bare;
