@@ -55,7 +55,12 @@ const char* Usage() {
          "       xdpfwd ctl [--control PATH] COMMAND   ask a running xdpfwd (ctl help)\n"
          "\n"
          "Rules\n"
-         "  LISTEN BACKEND           one rule: ADDR:PORT to listen on, ADDR:PORT to forward to\n"
+         "  LISTEN BACKEND           one rule: ADDR:PORT to listen on, ADDR:PORT to forward to;\n"
+         "                           several backends: ADDR:PORT[@W][,ADDR:PORT@W+backup...]\n"
+         "                           with weight W (default 1), +backup: used only when no\n"
+         "                           other is usable\n"
+         "  --balance METHOD         how a connection picks among several backends: roundrobin\n"
+         "                           (default, weighted), leastconn, source (client hash)\n"
          "  -c, --conf-file FILE     the rules from a file: bindaddr bindport connaddr connport\n"
          "  -t, --check              with -c: check the file, print the rules as understood,\n"
          "                           exit 0 (valid) or 2 (not)\n"
@@ -188,6 +193,61 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
   return std::chrono::milliseconds(n * scale);
 }
 
+namespace {
+
+// The command line's BACKEND: ADDR:PORT, or several separated by commas, each with an optional
+// "@WEIGHT", "@backup" or "@WEIGHT+backup" (docs/configuration.md's `backend` lines in one word).
+Result<std::vector<RuleBackend>> ParseBackendList(const std::string& text) {
+  std::vector<RuleBackend> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const size_t mark = item.find('@');
+    RuleBackend b;
+    auto address = ParseSocketAddress(item.substr(0, mark));
+    if (!address) return Error{{}, "BACKEND: " + address.error().message()};
+    if (address->is_any()) return Error{{}, "BACKEND: " + item + " is not connectable"};
+    b.address = *address;
+    b.host = HostText(*address);
+    if (mark != std::string::npos) {
+      std::string rest = item.substr(mark + 1);
+      if (const size_t plus = rest.find('+'); plus != std::string::npos) {
+        if (rest.substr(plus + 1) != "backup") {
+          return Error{{}, "BACKEND: " + item + ": expected +backup after the weight"};
+        }
+        b.backup = true;
+        rest.resize(plus);
+      }
+      if (rest == "backup") {
+        b.backup = true;
+      } else {
+        unsigned weight = 0;
+        const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), weight);
+        if (ec != std::errc() || p != rest.data() + rest.size() || weight < 1 || weight > 256) {
+          return Error{{}, "BACKEND: " + item + ": expected a weight from 1 to 256 after '@'"};
+        }
+        b.weight = weight;
+      }
+    }
+    if (std::any_of(out.begin(), out.end(),
+                    [&](const RuleBackend& x) { return x.address == b.address; })) {
+      return Error{{}, "BACKEND: " + ToString(b.address) + " is given twice"};
+    }
+    out.push_back(std::move(b));
+    at = comma + 1;
+  }
+  if (out.front().backup) {
+    return Error{{}, "BACKEND: the first backend cannot be a backup (list it later)"};
+  }
+  if (out.size() > kMaxBackends) {
+    return Error{{}, "BACKEND: at most " + std::to_string(kMaxBackends) + " backends"};
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
   Options o;
   o.control_path = kDefaultControlPath;
@@ -262,6 +322,14 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
       auto d = ParseDuration(*v);
       if (!d) return Error{{}, a + ": " + d.error().message()};
       o.watchdog = *d;
+    } else if (a == "--balance") {
+      XDPFWD_VALUE(v);
+      if (*v != "roundrobin" && *v != "leastconn" && *v != "source") {
+        return Error{{}, "--balance: '" + *v + "' is not roundrobin, leastconn or source"};
+      }
+      o.balance = *v == "roundrobin"  ? BalanceMethod::kRoundRobin
+                  : *v == "leastconn" ? BalanceMethod::kLeastConnections
+                                      : BalanceMethod::kSourceHash;
     } else if (a == "--drain-timeout") {
       XDPFWD_VALUE(v);
       auto d = ParseDuration(*v);
@@ -366,12 +434,14 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
     }
     auto listen = ParseSocketAddress(positional[0]);
     if (!listen) return Error{{}, "LISTEN: " + listen.error().message()};
-    auto backend = ParseSocketAddress(positional[1]);
-    if (!backend) return Error{{}, "BACKEND: " + backend.error().message()};
-    if (backend->is_any()) return Error{{}, "BACKEND: " + positional[1] + " is not connectable"};
+    auto backends = ParseBackendList(positional[1]);
+    if (!backends) return backends.error();
     Rule rule;
     rule.listen = *listen;
-    rule.backend = *backend;
+    rule.backend = backends->front().address;
+    rule.backend_weight = backends->front().weight;
+    rule.more_backends.assign(backends->begin() + 1, backends->end());
+    rule.balance = o.balance;
     o.config.rules.push_back(rule);
   }
   return o;

@@ -25,7 +25,8 @@ struct Options {
   // (main loads the file, so a configuration error is told apart from a usage error and a
   // reload reads the file again).
   Config config;
-  std::string config_file;  // -c FILE
+  std::string config_file;                             // -c FILE
+  BalanceMethod balance = BalanceMethod::kRoundRobin;  // --balance, for LISTEN BACKEND's rule
   bool check_only = false;  // -t: check the file, print it as understood, exit
   PathChoice path = PathChoice::kAuto;
   RelayLimits limits;

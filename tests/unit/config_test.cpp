@@ -131,8 +131,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "rinetd.conf:1:23: expected a connect port (a rule is: bindaddress bindport "
        "connectaddress connectport [options]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
-       "rinetd.conf:1:29: expected options in brackets ([timeout=N], [src=ADDRESS], "
-       "[proxy=v1|v2]) or the end of the rule, found 'extra'"},
+       "rinetd.conf:1:29: expected options in brackets (timeout=N, src=ADDRESS, proxy=v1|v2, "
+       "balance=METHOD, weight=N) or the end of the line, found 'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
       {"\n10.0.1.1 99999 10.0.0.2 9001\n",
@@ -153,7 +153,29 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=0]\n",
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
-       "rinetd.conf:1:30: expected an option name (timeout, src, proxy), found 'speed'"},
+       "rinetd.conf:1:30: expected an option name (timeout, src, proxy, balance, weight), found "
+       "'speed'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [balance=random]\n",
+       "rinetd.conf:1:38: expected roundrobin, leastconn or source for balance, found 'random'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [weight=0]\n",
+       "rinetd.conf:1:37: expected a weight from 1 to 256, found '0'"},
+      {"backend 10.0.0.3 9001\n",
+       "rinetd.conf:1:1: a backend line adds a backend to the rule above it, and no rule comes "
+       "before this one"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3\n",
+       "rinetd.conf:2:17: expected a port (a backend line is: backend address port [weight=N, "
+       "backup]), found the end of the line"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.2 9001\n",
+       "rinetd.conf:2:9: 10.0.0.2:9001 is already a backend of the rule of line 1"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001 [weight=2, spare]\n",
+       "rinetd.conf:2:34: expected an option name (weight, backup), found 'spare'"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001 [backup=yes]\n",
+       "rinetd.conf:2:24: backup takes no value"},
+      {"10.0.1.1 53/udp 10.0.0.2 53/udp\nbackend 10.0.0.3 53\n",
+       "rinetd.conf:2:1: several backends are for TCP rules; the rule of line 1 has UDP on a "
+       "side"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001/udp\n",
+       "rinetd.conf:2:18: expected a TCP port for a backend, found '9001/udp'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [proxy=v3]\n",
        "rinetd.conf:1:36: expected v1 or v2 (the PROXY protocol's version) for proxy, found "
        "'v3'"},
@@ -207,6 +229,38 @@ TEST(Config, ProxyOptionSendsTheHeaderVersionGiven) {
   EXPECT_EQ(c.rules[2].proxy, ProxyVersion::kNone);
   const std::string understood = DescribeConfig(c);
   EXPECT_NE(understood.find("PROXY protocol v2 header first on every backend connection"),
+            std::string::npos)
+      << understood;
+}
+
+// `backend` lines add backends to the rule above them (weights, backups), and the rule's own
+// options choose the balance and its connect address's weight; a rinetd rule has one backend.
+TEST(Config, BackendLinesAddBackendsToTheRuleAbove) {
+  const Config c = Parsed(
+      "10.0.1.1 9000 10.0.0.2 9001 [balance=leastconn, weight=3]\n"
+      "backend 10.0.0.3 9001 [weight=2]\n"
+      "allow 10.*\n"
+      "backend 10.0.0.4 http [ backup ]\n"
+      "10.0.1.1 9001 10.0.0.2 9001\n");
+  ASSERT_EQ(c.rules.size(), 2u);
+  const Rule& r = c.rules[0];
+  EXPECT_EQ(r.balance, BalanceMethod::kLeastConnections);
+  EXPECT_EQ(r.backend_weight, 3u);
+  ASSERT_EQ(r.more_backends.size(), 2u);
+  EXPECT_EQ(ToString(r.more_backends[0].address), "10.0.0.3:9001");
+  EXPECT_EQ(r.more_backends[0].weight, 2u);
+  EXPECT_FALSE(r.more_backends[0].backup);
+  EXPECT_EQ(ToString(r.more_backends[1].address), "10.0.0.4:80");
+  EXPECT_TRUE(r.more_backends[1].backup);
+  EXPECT_EQ(r.more_backends[1].line, 4);
+  ASSERT_EQ(r.access.size(), 1u);  // allow/deny lines between backend lines stay the rule's
+  EXPECT_EQ(r.backend_count(), 3u);
+  EXPECT_EQ(ToString(r.backend_address(2)), "10.0.0.4:80");
+  EXPECT_TRUE(c.rules[1].more_backends.empty());
+  EXPECT_EQ(c.rules[1].balance, BalanceMethod::kRoundRobin);
+  const std::string understood = DescribeConfig(c);
+  EXPECT_NE(understood.find("backends (leastconn): 10.0.0.2:9001 weight 3, 10.0.0.3:9001 weight "
+                            "2, 10.0.0.4:80 weight 1 (backup)"),
             std::string::npos)
       << understood;
 }

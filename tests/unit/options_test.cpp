@@ -43,6 +43,50 @@ std::string ErrorOf(const std::vector<std::string>& args) {
   return o ? "(parsed)" : o.error().message();
 }
 
+// LISTEN BACKEND with several backends: commas, "@W" weights, "@backup" and "@W+backup", and
+// --balance; a plain BACKEND stays one backend.
+TEST(BackendList, SeveralBackendsWithWeightsBackupsAndBalance) {
+  auto o = ParseCommandLine({"--balance", "source", "10.0.1.1:9000",
+                             "10.0.0.2:9001@3,10.0.0.3:9001,[2001:db8::1]:80@2+backup,"
+                             "10.0.0.4:9001@backup"});
+  ASSERT_TRUE(o) << o.error().message();
+  ASSERT_EQ(o->config.rules.size(), 1u);
+  const Rule& r = o->config.rules[0];
+  EXPECT_EQ(ToString(r.backend), "10.0.0.2:9001");
+  EXPECT_EQ(r.backend_weight, 3u);
+  EXPECT_EQ(r.balance, BalanceMethod::kSourceHash);
+  ASSERT_EQ(r.more_backends.size(), 3u);
+  EXPECT_EQ(r.more_backends[0].weight, 1u);
+  EXPECT_FALSE(r.more_backends[0].backup);
+  EXPECT_EQ(ToString(r.more_backends[1].address), "[2001:db8::1]:80");
+  EXPECT_EQ(r.more_backends[1].weight, 2u);
+  EXPECT_TRUE(r.more_backends[1].backup);
+  EXPECT_TRUE(r.more_backends[2].backup);
+  auto one = Parse({});
+  ASSERT_TRUE(one);
+  EXPECT_TRUE(one->config.rules[0].more_backends.empty());
+  EXPECT_EQ(one->config.rules[0].balance, BalanceMethod::kRoundRobin);
+}
+
+TEST(BackendList, ErrorsNameTheBackendAndTheFault) {
+  auto error = [](const std::string& backends, const std::vector<std::string>& options = {}) {
+    std::vector<std::string> args = options;
+    args.push_back("10.0.1.1:9000");
+    args.push_back(backends);
+    auto o = ParseCommandLine(args);
+    return o ? std::string("(parsed)") : o.error().message();
+  };
+  EXPECT_EQ(error("10.0.0.2:9001@0"),
+            "BACKEND: 10.0.0.2:9001@0: expected a weight from 1 to 256 after '@'");
+  EXPECT_EQ(error("10.0.0.2:9001,10.0.0.2:9001"), "BACKEND: 10.0.0.2:9001 is given twice");
+  EXPECT_EQ(error("10.0.0.2:9001@backup,10.0.0.3:9001"),
+            "BACKEND: the first backend cannot be a backup (list it later)");
+  EXPECT_EQ(error("10.0.0.2:9001,"),
+            "BACKEND: '' is not ADDRESS:PORT (for example 10.0.1.1:9000 or [::1]:9000)");
+  EXPECT_EQ(error("10.0.0.2:9001", {"--balance", "random"}),
+            "--balance: 'random' is not roundrobin, leastconn or source");
+}
+
 TEST(BackendSourceOption, DefaultIsTheKernelsChoice) {
   auto o = Parse({});
   ASSERT_TRUE(o) << o.error().message();

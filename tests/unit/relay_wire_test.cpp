@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "forwarder/backend_health.h"
 #include "tests/support/relay_wire_fixture.h"
 
 namespace xdpfwd::test {
@@ -413,6 +414,64 @@ TEST_F(RelayWireTest, ReloadedRulesTakeNewClientsWhileOpenConnectionsKeepTheirs)
   ASSERT_NE(counters_of(4), nullptr);
   EXPECT_EQ(counters_of(4)->completed.load(), 1u);
   Advance(1100);  // the refused and closed clients' flow entries linger, then go
+}
+
+// A rule with several backends: a refused handshake fails over at once to another backend, and
+// the client never learns; after PassiveHealth::kFall refusals in a row that backend is left
+// out of the picks, so later clients go straight to the live one.
+TEST_F(RelayWireTest, RefusedBackendFailsOverAndIsMarkedDown) {
+  RelayConfig config = Config(kClosedPort);  // the first backend: nothing listens there
+  config.rules[0].more_backends = {RelayBackend{{LwipWire::InAddrB(), kBackendPort}, 1, false}};
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  std::vector<Pair> pairs;
+  for (uint16_t port = 40000; port < 40008; ++port) {
+    pairs.push_back(Open(port));
+    ASSERT_NE(pairs.back().backend, nullptr) << "client " << port << " not relayed";
+    EXPECT_FALSE(pairs.back().client->errored);
+  }
+  EXPECT_EQ(Count(&RelayCounters::backend_refused), 0u);
+  // Round robin sends every other connection to the dead backend until it is marked down.
+  EXPECT_EQ(Count(&RelayCounters::backend_failovers), PassiveHealth::kFall);
+  EXPECT_EQ(Count(&RelayCounters::backends_marked_down), 1u);
+  for (Pair& p : pairs) {
+    p.client->Send("ping");
+    Settle();
+    EXPECT_EQ(p.backend->received, "ping");
+    CloseBoth(*p.client, *p.backend);
+  }
+}
+
+// A silent backend (its SYNs dropped) of a rule with several: each attempt gets a third of the
+// connect timeout, then the connection fails over, well inside the timeout.
+TEST_F(RelayWireTest, SilentBackendFailsOverWithinTheConnectTimeout) {
+  constexpr uint16_t kSilentPort = 9002;
+  tcp_pcb* silent = LwipWire::ListenOnB(kSilentPort, this, AcceptBackend);
+  ASSERT_NE(silent, nullptr);
+  RelayConfig config = Config(kSilentPort);
+  config.rules[0].more_backends = {RelayBackend{{LwipWire::InAddrB(), kBackendPort}, 1, false}};
+  config.limits.connect_timeout = std::chrono::milliseconds(900);
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  wire_.SetFilter([](const WirePacket& p) {
+    return p.tcp.dst_port == kSilentPort ? WireVerdict::kDrop : WireVerdict::kDeliver;
+  });
+  Peer* client = Connect(40000);
+  ASSERT_NE(client, nullptr);
+  Settle();
+  ASSERT_TRUE(client->connected);
+  EXPECT_TRUE(backends_.empty());
+  Advance(200);
+  EXPECT_EQ(Count(&RelayCounters::backend_failovers), 0u) << "failed over before its share";
+  Advance(200);  // past 300 ms: the next backend
+  EXPECT_EQ(Count(&RelayCounters::backend_failovers), 1u);
+  ASSERT_EQ(backends_.size(), 1u);
+  EXPECT_FALSE(client->errored);
+  EXPECT_EQ(Count(&RelayCounters::backend_timeout), 0u);
+  client->Send("hello");
+  Settle();
+  EXPECT_EQ(backends_.front()->received, "hello");
+  wire_.SetFilter({});
+  CloseBoth(*client, *backends_.front());
+  EXPECT_EQ(tcp_close(silent), ERR_OK);
 }
 
 }  // namespace

@@ -1,0 +1,169 @@
+// Rules with several backends, through the binary on both paths (`backend` lines in the rules
+// file): connections spread by the weights, a dead backend is failed over without a client
+// noticing, and one killed and restarted over and over costs no client connection.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "os/endpoint.h"
+#include "tests/support/forwarder_process.h"
+#include "tests/support/netns_topology.h"
+#include "tests/support/tcp.h"
+
+namespace xdpfwd::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint16_t kPort = 9000, kFirstBackendPort = 9100;
+
+// A backend that says its name to each client and closes; it can go away and come back (its
+// listener closed: the kernel refuses new handshakes, as for a killed process).
+class NamedBackend {
+ public:
+  NamedBackend(const Topology& topo, uint16_t port, std::string name)
+      : topo_(topo), port_(port), name_(std::move(name)) {
+    Start();
+  }
+  ~NamedBackend() { Stop(); }
+  void Start() {
+    listener_ = TcpListen(topo_.server_ns(), topo_.server_addr(), port_);
+    stop_ = false;
+    thread_ = std::thread([this] { Serve(); });
+  }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    thread_.join();
+    listener_.reset();
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{listener_.get(), POLLIN, 0};
+      if (poll(&p, 1, 20) != 1) continue;
+      UniqueFd c(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!c) continue;
+      (void)send(c.get(), name_.data(), name_.size(), MSG_NOSIGNAL);
+    }
+  }
+  const Topology& topo_;
+  uint16_t port_;
+  std::string name_;
+  UniqueFd listener_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+class BackendsTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+    char tmpl[] = "/tmp/xdpfwd-backends-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  // The rule, then one backend line each for backends 1..n-1 (`options[k]` after backend k's).
+  std::string WriteConfig(const std::string& rule_options,
+                          const std::vector<std::string>& backend_options) {
+    const std::string config = dir_ + "/xdpfwd.conf";
+    const std::string server = ToString(topo_.server_addr());
+    std::ofstream f(config);
+    f << ToString(topo_.client_gw()) << " " << kPort << " " << server << " " << kFirstBackendPort
+      << " " << rule_options << "\n";
+    for (size_t k = 0; k < backend_options.size(); ++k) {
+      f << "backend " << server << " " << kFirstBackendPort + 1 + k << " " << backend_options[k]
+        << "\n";
+    }
+    return config;
+  }
+  // One client connection: the name of the backend that answered, or "" if it failed.
+  std::string Ask() {
+    try {
+      UniqueFd c = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+      std::string got;
+      char buf[64];
+      for (ssize_t n; (n = recv(c.get(), buf, sizeof buf, 0)) > 0;) got.append(buf, n);
+      return got;
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+  Topology topo_;
+  std::string dir_;
+};
+
+// Weights 3:1 with the third backend dead (nothing listens): every client is answered, the
+// live two share them 3:1 within 5%, and the dead one costs a few failovers before it is
+// marked down.
+TEST_P(BackendsTest, WeightsSpreadAndADeadBackendIsFailedOver) {
+  NamedBackend a(topo_, kFirstBackendPort, "a"), b(topo_, kFirstBackendPort + 1, "b");
+  const std::string config = WriteConfig("[weight=3]", {"[weight=1]", ""});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  std::map<std::string, int> answers;
+  constexpr int kClients = 800;
+  for (int i = 0; i < kClients; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers[""], 0) << "failed connections";
+  EXPECT_NEAR(answers["a"], kClients * 3 / 4, kClients * 3 / 4 * 0.05);
+  EXPECT_NEAR(answers["b"], kClients / 4, kClients / 4 * 0.05 + 1);
+  const auto stats = fwd->Stats();
+  EXPECT_GE(fwd->Relay(stats, "backend_failovers"), 3u) << fwd->output();
+  EXPECT_GE(fwd->Relay(stats, "backends_marked_down"), 1u);
+  EXPECT_EQ(fwd->Relay(stats, "backend_refused"), 0u);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// One of three backends killed and restarted every 100 ms while clients connect one after
+// another: no client connection fails.
+TEST_P(BackendsTest, ABackendKilledAndRestartedCostsNoClient) {
+  NamedBackend a(topo_, kFirstBackendPort, "a"), b(topo_, kFirstBackendPort + 1, "b"),
+      c(topo_, kFirstBackendPort + 2, "c");
+  const std::string config = WriteConfig("", {"", ""});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  std::atomic<bool> done{false};
+  int restarts = 0;
+  std::thread flapper([&] {
+    while (!done) {
+      std::this_thread::sleep_for(100ms);
+      c.Stop();
+      std::this_thread::sleep_for(100ms);
+      c.Start();
+      ++restarts;
+    }
+  });
+  std::map<std::string, int> answers;
+  const auto until = std::chrono::steady_clock::now() + 4s;
+  int clients = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ++answers[Ask()];
+    ++clients;
+  }
+  done = true;
+  flapper.join();
+  EXPECT_EQ(answers[""], 0) << "failed connections of " << clients << "\n" << fwd->output();
+  EXPECT_GT(answers["c"], 0) << "the flapping backend never served";
+  EXPECT_GE(restarts, 10);
+  const auto stats = fwd->Stats();
+  EXPECT_GT(fwd->Relay(stats, "backend_failovers"), 0u);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, BackendsTest, ::testing::Values("xdp", "kernel"),
+                         [](const auto& p) { return std::string(p.param); });
+
+}  // namespace
+}  // namespace xdpfwd::test
