@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "forwarder/access.h"
+#include "forwarder/options.h"
 
 namespace xdpfwd {
 namespace {
@@ -308,13 +309,15 @@ std::optional<BalanceMethod> ParseBalanceMethod(const std::string& text) {
 // A rule's options: rinetd's timeout and src, and ours (docs/configuration.md).
 Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   return ForEachOption(
-      w, where, "timeout=N, src=ADDRESS, proxy=v1|v2, balance=METHOD, weight=N",
+      w, where,
+      "timeout=N, src=ADDRESS, proxy=v1|v2, balance=METHOD, weight=N, check=DURATION, fall=N, "
+      "rise=N",
       [&](const Option& o) -> Result<void> {
         if (o.key != "timeout" && o.key != "src" && o.key != "proxy" && o.key != "balance" &&
-            o.key != "weight") {
+            o.key != "weight" && o.key != "check" && o.key != "fall" && o.key != "rise") {
           return where.At(o.key_column,
-                          "expected an option name (timeout, src, proxy, balance, weight), "
-                          "found " +
+                          "expected an option name (timeout, src, proxy, balance, weight, "
+                          "check, fall, rise), found " +
                               Quote(o.key));
         }
         if (!o.value) return NeedsValue(o, where);
@@ -347,6 +350,25 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
                 "expected roundrobin, leastconn or source for balance, found " + Quote(value));
           }
           rule.balance = *method;
+        } else if (o.key == "check") {
+          auto every = ParseDuration(value);
+          if (!every || every->count() < 10 || every->count() > 3'600'000) {
+            return where.At(o.value_column,
+                            "expected a check interval from 10ms to 1h (e.g. 2s, 500ms) for "
+                            "check, found " +
+                                Quote(value));
+          }
+          if (!rule.is_stream()) {
+            return where.At(o.key_column, "health checks are for TCP rules (TCP on both sides)");
+          }
+          rule.check_ms = static_cast<uint32_t>(every->count());
+        } else if (o.key == "fall" || o.key == "rise") {
+          const auto n = Number(value, 1, 100);
+          if (!n) {
+            return where.At(o.value_column, "expected a number of checks from 1 to 100 for " +
+                                                o.key + ", found " + Quote(value));
+          }
+          (o.key == "fall" ? rule.check_fall : rule.check_rise) = *n;
         } else if (o.key == "weight") {
           const auto weight = Number(value, 1, kMaxWeight);
           if (!weight) {
@@ -612,6 +634,11 @@ std::string DescribeConfig(const Config& config) {
             << (b.backup ? " (backup)" : "");
       }
       out << "\n";
+    }
+    if (r.check_ms != 0) {
+      out << "  health checks: a TCP connect to each backend every " << r.check_ms
+          << " ms; down after " << r.check_fall << " failed, up after " << r.check_rise
+          << " passed\n";
     }
     if (r.proxy != ProxyVersion::kNone) {
       out << "  PROXY protocol " << ProxyVersionName(r.proxy)

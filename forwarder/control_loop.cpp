@@ -54,6 +54,8 @@ constexpr const char* kHelp =
     "  show stat      CSV, one row per path: rules, then every relay counter\n"
     "  show workers   each fast-path worker: CPU, busy time, faults, AF_XDP and lwIP counters\n"
     "  show steer     the steering program's decisions by reason (CSV)\n"
+    "  show backends  each backend of rules with health checks: up or down, checks,\n"
+    "                 failures, the last failure (CSV)\n"
     "  show sess      every open connection (CSV): path, worker, peers, age, bytes, and\n"
     "                 each leg's TCP state, srtt, rto, cwnd, in flight, queue, window\n"
     "  shutdown session ID  reset that connection's legs (its id from show sess)\n"
@@ -321,6 +323,15 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
   if (command == "show stat") return StatCsv(report());
   if (command == "show workers") return WorkersText(report());
   if (command == "show steer") return SteerText(report());
+  if (command == "show backends") {
+    std::string out = "# rule,backend,state,checks,failures,last_failure\n";
+    for (const HealthChecker::BackendView& b : service_->CheckedBackends()) {
+      out += std::to_string(b.rule_id) + "," + b.backend + "," + (b.up ? "up" : "down") + "," +
+             std::to_string(b.checks) + "," + std::to_string(b.failures) + "," + b.last_error +
+             "\n";
+    }
+    return out;
+  }
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());
   if (command == "show sess") {

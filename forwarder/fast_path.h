@@ -18,6 +18,7 @@
 
 #include "forwarder/backend_ports.h"
 #include "forwarder/connection_table.h"
+#include "forwarder/health_board.h"
 #include "forwarder/recorder_trace.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
@@ -31,6 +32,9 @@ namespace xdpfwd {
 struct FastPathConfig {
   std::vector<Rule> rules;                   // IPv4 rules with a concrete listen address
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  // The active health checks' verdicts, in memory the workers inherit (forwarder/health_board.h);
+  // nullptr: none.
+  const HealthBoard* health = nullptr;
   // Workers hand access log records to the control process (FastPath::DrainSessions).
   bool log_sessions = false;
   RelayLimits limits;

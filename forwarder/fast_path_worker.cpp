@@ -219,6 +219,7 @@ Result<void> WorkerProcess::Setup() {
   RelayConfig rc;
   rc.rules = RelayRules(rules->set.rules);
   if (recorder_.attached()) rc.recorder = &recorder_;
+  rc.health = impl_.config.health;
   rc.global_access = rules->set.global_access;
   if (impl_.layout().session_rings.present()) {
     sessions_.emplace(SessionRing::Attach(impl_.SessionRingMemory(index_)));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "forwarder/connection_table.h"
+#include "forwarder/health_board.h"
 #include "forwarder/recorder_trace.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
@@ -34,8 +35,10 @@ struct KernelPathConfig {
   std::vector<Rule> rules;                   // TCP on both sides (Rule::is_stream)
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
   SessionSink* sessions = nullptr;           // the access log's events; nullptr: none made
-  RelayLimits limits;                        // max_connections is for the whole path, all threads
-  int threads = 0;                           // 0: one per CPU this process may run on
+  // The active health checks' verdicts (forwarder/health_board.h); nullptr: none.
+  const HealthBoard* health = nullptr;
+  RelayLimits limits;  // max_connections is for the whole path, all threads
+  int threads = 0;     // 0: one per CPU this process may run on
   size_t copy_buffer_bytes = 64 * 1024;
   // Each thread keeps its newest connection events in a flight recorder (os/flight_recorder.h)
   // that `xdpfwd ctl trace dump` writes beside the fast path's; false: none.

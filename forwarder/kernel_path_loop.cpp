@@ -63,10 +63,19 @@ struct Loop::Connection {
 };
 
 struct Loop::RuleBackends {
-  explicit RuleBackends(const Rule& rule)
-      : picker(rule.balance, PickerBackends(AllBackends(rule))), health(rule.backend_count()) {}
+  RuleBackends(const Rule& rule, const HealthBoard* board)
+      : picker(rule.balance, PickerBackends(AllBackends(rule))),
+        health(rule.backend_count()),
+        checked(board != nullptr ? board->Find(rule.id) : nullptr) {}
+  // The backends a pick may take now: not marked down by this thread's handshakes nor by the
+  // active checks.
+  uint64_t Up(uint64_t now_ms) const {
+    const uint64_t up = health.Up(now_ms);
+    return checked != nullptr ? up & checked->load(std::memory_order_acquire) : up;
+  }
   BackendPicker picker;
   PassiveHealth health;
+  const std::atomic<uint64_t>* checked;  // the active checks' bits; nullptr: none
 };
 
 namespace {
@@ -462,7 +471,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   uint8_t address[16];
   const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
   // Every backend marked down: try them anyway (the marks are a guess, the handshake is not).
-  auto pick = backends.picker.Pick(backends.health.Up(NowMs()), 0, {address, n});
+  auto pick = backends.picker.Pick(backends.Up(NowMs()), 0, {address, n});
   if (!pick) pick = backends.picker.Pick(~uint64_t{0}, 0, {address, n});
   if (!pick) return Finish(c, End::kBackendError);
   c.backend_index = *pick;
@@ -472,7 +481,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
 
 Loop::RuleBackends& Loop::BackendsOf(const Rule& rule) {
   auto& slot = backends_[&rule];
-  if (!slot) slot = std::make_unique<RuleBackends>(rule);
+  if (!slot) slot = std::make_unique<RuleBackends>(rule, config_.health);
   return *slot;
 }
 
@@ -512,7 +521,7 @@ void Loop::Failover(Connection& c, End why) {
   if (now_ - c.accepted < config_.limits.connect_timeout) {
     uint8_t address[16];
     const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
-    next = b.picker.Pick(b.health.Up(NowMs()), c.tried, {address, n});
+    next = b.picker.Pick(b.Up(NowMs()), c.tried, {address, n});
     if (!next) next = b.picker.Pick(~uint64_t{0}, c.tried, {address, n});
   }
   if (!next) {

@@ -13,6 +13,7 @@
 #include "forwarder/backend_ports.h"
 #include "forwarder/balance.h"
 #include "forwarder/flow_ledger.h"
+#include "forwarder/health_board.h"
 #include "forwarder/intrusive_list.h"
 #include "forwarder/relay_counters.h"
 #include "forwarder/rules.h"
@@ -73,6 +74,9 @@ struct RelayConfig {
   // The worker's flight recorder (os/flight_recorder.h): each connection's life, on the clock
   // Tick was last given. Not owned; nullptr: nothing recorded.
   FlightRecorder* recorder = nullptr;
+  // The active health checks' verdicts (forwarder/health_board.h), in memory shared with the
+  // control process; nullptr: none.
+  const HealthBoard* health = nullptr;
 };
 
 struct RelayState {

@@ -103,16 +103,26 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
 // A rule as served: the rule, and its backends as this worker picks among them (the picker and
 // what its handshakes said about each).
 struct Relay::RuleVersion {
-  explicit RuleVersion(const RelayRule& r)
-      : rule(r), picker(r.balance, Backends(r)), health(1 + r.more_backends.size()) {}
+  RuleVersion(const RelayRule& r, const HealthBoard* board)
+      : rule(r),
+        picker(r.balance, Backends(r)),
+        health(1 + r.more_backends.size()),
+        checked(board != nullptr ? board->Find(r.id) : nullptr) {}
   Endpoint backend(size_t i) const {
     return i == 0 ? rule.backend : rule.more_backends[i - 1].address;
   }
   size_t backend_count() const { return 1 + rule.more_backends.size(); }
 
+  // Not marked down by this worker's handshakes nor by the active checks.
+  uint64_t Up(uint64_t now_ms) const {
+    const uint64_t up = health.Up(now_ms);
+    return checked != nullptr ? up & checked->load(std::memory_order_acquire) : up;
+  }
+
   RelayRule rule;
   BackendPicker picker;
   PassiveHealth health;
+  const std::atomic<uint64_t>* checked;  // the active checks' bits; nullptr: none
 
  private:
   static std::vector<PickerBackend> Backends(const RelayRule& r) {

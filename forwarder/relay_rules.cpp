@@ -39,7 +39,7 @@ Result<void> Relay::SetRules(const std::vector<RelayRule>& rules,
       return same_address(l->rule->listen, rule.listen);
     });
     if (listener != listeners_.end() && (*listener)->rule->id == rule.id) continue;
-    rules_.push_back(std::make_unique<RuleVersion>(rule));
+    rules_.push_back(std::make_unique<RuleVersion>(rule, config_.health));
     rule_counters_.push_back({rule.id, std::make_unique<RelayCounters>()});
     if (listener != listeners_.end()) {
       (*listener)->version = rules_.back().get();
@@ -89,7 +89,7 @@ bool Relay::PickBackend(Connection& c) {
   RuleVersion& v = *c.version;
   const std::span<const uint8_t> client(
       reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr), sizeof(in_addr));
-  auto pick = v.picker.Pick(v.health.Up(now_ms_), c.tried, client);
+  auto pick = v.picker.Pick(v.Up(now_ms_), c.tried, client);
   // Every backend left marked down: try them anyway (the marks are a guess, a handshake is not).
   if (!pick) pick = v.picker.Pick(~uint64_t{0}, c.tried, client);
   if (!pick) return false;

@@ -86,6 +86,11 @@ struct Rule {
   // `backend` lines after the rule: more backends, and how a connection picks among them all.
   std::vector<RuleBackend> more_backends;
   BalanceMethod balance = BalanceMethod::kRoundRobin;
+  // [check=DURATION, fall=N, rise=N]: active health checks of its backends every DURATION
+  // (0: none); fall failed checks in a row mark a backend down, rise passed ones up.
+  uint32_t check_ms = 0;
+  uint32_t check_fall = 3;
+  uint32_t check_rise = 2;
   // [proxy=v1|v2]: a PROXY protocol header first on every backend connection (TCP backends).
   ProxyVersion proxy = ProxyVersion::kNone;
   // allow/deny lines after this rule and before the next: the rule's own access list.

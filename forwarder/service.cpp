@@ -75,6 +75,7 @@ bool SameRule(const Rule& a, const Rule& b) {
       a.listen_host != b.listen_host || a.backend_host != b.backend_host ||
       a.udp_timeout_s != b.udp_timeout_s || a.proxy != b.proxy || a.balance != b.balance ||
       a.backend_weight != b.backend_weight || a.more_backends.size() != b.more_backends.size() ||
+      a.check_ms != b.check_ms || a.check_fall != b.check_fall || a.check_rise != b.check_rise ||
       a.access.size() != b.access.size()) {
     return false;
   }
@@ -156,11 +157,22 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     s->log_ = std::move(*opened);
   }
 
+  // The health checks' board before any path: the fast path's workers inherit it at their fork.
+  auto board = SharedMemory::Create("xdpfwd-health", sizeof(HealthBoard));
+  if (!board) return board.error();
+  s->health_memory_ = std::move(*board);
+  s->health_ = new (s->health_memory_.data()) HealthBoard{};
+  auto checker = HealthChecker::Start(*s->health_);
+  if (!checker) return checker.error();
+  s->checker_ = std::move(*checker);
+  s->checker_->SetRules(c.rules);  // entries claimed before any picker looks for them
+
   // The fast path first: it forks its workers, best before the kernel path starts threads.
   if (o.path != PathChoice::kKernel && !stream_rules.empty()) {
     FastPathConfig fc;
     fc.rules = fast_rules;
     fc.global_access = c.access;
+    fc.health = s->health_;
     fc.log_sessions = s->log_ != nullptr;
     fc.limits = o.limits;
     fc.max_connections = o.max_connections;
@@ -252,6 +264,7 @@ Result<void> Service::StartKernelPath(const std::vector<Rule>& stream_rules) {
   KernelPathConfig kc;
   kc.rules = stream_rules;
   kc.global_access = running_.access;
+  kc.health = health_;
   kc.sessions = log_.get();
   kc.limits = o.limits;
   if (o.max_connections) kc.limits.max_connections = *o.max_connections;
@@ -357,13 +370,21 @@ Result<ReloadSummary> Service::Reload(Config next) {
                                 "restart starts it";
     return Error{{}, "--path xdp: " + why};
   }
+  // The checks' entries for new rules before any path serves them; given back if the kernel
+  // path refuses the reload.
+  checker_->SetRules(next.rules);
   // The kernel path: every stream rule (auto and kernel modes).
   if (options_.path != PathChoice::kXdp) {
+    Result<void> r;
     if (kernel_) {
-      if (auto r = kernel_->Reload(stream_rules, next.access); !r) return r.error();
+      r = kernel_->Reload(stream_rules, next.access);
     } else if (!stream_rules.empty()) {
       running_.access = next.access;
-      if (auto r = StartKernelPath(stream_rules); !r) return r.error();
+      r = StartKernelPath(stream_rules);
+    }
+    if (!r) {
+      checker_->SetRules(running_.rules);
+      return r.error();
     }
   }
   if (fast_) {
@@ -418,6 +439,10 @@ Result<ReloadSummary> Service::Reload(Config next) {
   return summary;
 }
 
+std::vector<HealthChecker::BackendView> Service::CheckedBackends() const {
+  return checker_ ? checker_->View() : std::vector<HealthChecker::BackendView>{};
+}
+
 uint64_t Service::OpenConnections() const {
   uint64_t n = 0;
   if (fast_) n += fast_->Snapshot().connections;
@@ -437,6 +462,7 @@ uint64_t Service::BeginDrain() {
 void Service::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  checker_.reset();
   if (fast_) fast_->Stop();
   if (kernel_) kernel_->Stop();
   if (datagram_) datagram_->Stop();

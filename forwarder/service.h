@@ -13,12 +13,14 @@
 
 #include "forwarder/datagram_path.h"
 #include "forwarder/fast_path.h"
+#include "forwarder/health_checker.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/options.h"
 #include "forwarder/rules.h"
 #include "forwarder/service_report.h"
 #include "forwarder/session_log.h"
 #include "os/result.h"
+#include "os/shared_memory.h"
 
 namespace xdpfwd {
 
@@ -58,6 +60,8 @@ class Service {
   // `shutdown session ID`: resets that connection's legs.
   Result<void> ShutdownSession(uint64_t id) const;
   static constexpr uint64_t kKernelSessionBit = uint64_t{1} << 47;
+  // `show backends`: each checked backend's verdict and counts (rules with [check=]).
+  std::vector<HealthChecker::BackendView> CheckedBackends() const;
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added
@@ -86,6 +90,11 @@ class Service {
   std::vector<Rule> fast_rules_;  // what the fast path's steering still takes
   std::vector<AccessPattern> fast_access_;  // the global lists the fast path's workers hold
   std::unique_ptr<SessionLog> log_;
+  // The active health checks: their verdicts in memory the fast path's workers inherit (made
+  // before they fork, kept past every path), and the checker that writes them.
+  SharedMemory health_memory_;
+  HealthBoard* health_ = nullptr;
+  std::unique_ptr<HealthChecker> checker_;
   std::unique_ptr<FastPath> fast_;
   std::unique_ptr<KernelPath> kernel_;
   std::unique_ptr<DatagramPath> datagram_;

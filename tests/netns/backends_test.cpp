@@ -162,6 +162,42 @@ TEST_P(BackendsTest, ABackendKilledAndRestartedCostsNoClient) {
   EXPECT_EQ(fwd->Stop(), 0);
 }
 
+// Active checks every 100 ms: the dead backend is marked down by them before any client meets
+// it (no failover at all), `show backends` says so, and once it listens it is up again and
+// serves.
+TEST_P(BackendsTest, ActiveChecksLeaveADeadBackendOutBeforeAnyClient) {
+  NamedBackend a(topo_, kFirstBackendPort, "a");
+  const std::string config = WriteConfig("[check=100ms, fall=2, rise=2]", {""});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  // (The checks start before the paths: the line may come before "ready".)
+  auto said = [&](const std::string& text) {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (fwd->output().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      fwd->WaitForOutput(text, 50ms);  // reads what the process wrote meanwhile
+    }
+    return true;
+  };
+  ASSERT_TRUE(said(":" + std::to_string(kFirstBackendPort + 1) + " is down")) << fwd->output();
+  const std::string down = fwd->Control("show backends");
+  EXPECT_NE(down.find(":" + std::to_string(kFirstBackendPort + 1) + ",down,"), std::string::npos)
+      << down;
+  std::map<std::string, int> answers;
+  for (int i = 0; i < 100; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers["a"], 100);
+  auto stats = fwd->Stats();
+  EXPECT_EQ(fwd->Relay(stats, "backend_failovers"), 0u) << "a client met the dead backend\n"
+                                                        << fwd->Control("show backends");
+
+  NamedBackend b(topo_, kFirstBackendPort + 1, "b");
+  ASSERT_TRUE(said(":" + std::to_string(kFirstBackendPort + 1) + " is up")) << fwd->output();
+  answers.clear();
+  for (int i = 0; i < 100; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers[""], 0);
+  EXPECT_NEAR(answers["b"], 50, 5);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, BackendsTest, ::testing::Values("xdp", "kernel"),
                          [](const auto& p) { return std::string(p.param); });
 

@@ -132,7 +132,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "connectaddress connectport [options]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
        "rinetd.conf:1:29: expected options in brackets (timeout=N, src=ADDRESS, proxy=v1|v2, "
-       "balance=METHOD, weight=N) or the end of the line, found 'extra'"},
+       "balance=METHOD, weight=N, check=DURATION, fall=N, rise=N) or the end of the line, found "
+       "'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
       {"\n10.0.1.1 99999 10.0.0.2 9001\n",
@@ -153,10 +154,15 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=0]\n",
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
-       "rinetd.conf:1:30: expected an option name (timeout, src, proxy, balance, weight), found "
-       "'speed'"},
+       "rinetd.conf:1:30: expected an option name (timeout, src, proxy, balance, weight, check, "
+       "fall, rise), found 'speed'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [balance=random]\n",
        "rinetd.conf:1:38: expected roundrobin, leastconn or source for balance, found 'random'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [check=5ms]\n",
+       "rinetd.conf:1:36: expected a check interval from 10ms to 1h (e.g. 2s, 500ms) for check, "
+       "found '5ms'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [fall=0]\n",
+       "rinetd.conf:1:35: expected a number of checks from 1 to 100 for fall, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [weight=0]\n",
        "rinetd.conf:1:37: expected a weight from 1 to 256, found '0'"},
       {"backend 10.0.0.3 9001\n",
@@ -237,7 +243,7 @@ TEST(Config, ProxyOptionSendsTheHeaderVersionGiven) {
 // options choose the balance and its connect address's weight; a rinetd rule has one backend.
 TEST(Config, BackendLinesAddBackendsToTheRuleAbove) {
   const Config c = Parsed(
-      "10.0.1.1 9000 10.0.0.2 9001 [balance=leastconn, weight=3]\n"
+      "10.0.1.1 9000 10.0.0.2 9001 [balance=leastconn, weight=3, check=2s, fall=4, rise=1]\n"
       "backend 10.0.0.3 9001 [weight=2]\n"
       "allow 10.*\n"
       "backend 10.0.0.4 http [ backup ]\n"
@@ -246,6 +252,10 @@ TEST(Config, BackendLinesAddBackendsToTheRuleAbove) {
   const Rule& r = c.rules[0];
   EXPECT_EQ(r.balance, BalanceMethod::kLeastConnections);
   EXPECT_EQ(r.backend_weight, 3u);
+  EXPECT_EQ(r.check_ms, 2000u);
+  EXPECT_EQ(r.check_fall, 4u);
+  EXPECT_EQ(r.check_rise, 1u);
+  EXPECT_EQ(c.rules[1].check_ms, 0u);
   ASSERT_EQ(r.more_backends.size(), 2u);
   EXPECT_EQ(ToString(r.more_backends[0].address), "10.0.0.3:9001");
   EXPECT_EQ(r.more_backends[0].weight, 2u);

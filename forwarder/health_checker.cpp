@@ -1,0 +1,194 @@
+// Active health checks (see health_checker.h): one epoll over the checks under way; the loop
+// wakes for the next due check or deadline, 100 ms at the longest (a stop is seen that soon).
+#include "forwarder/health_checker.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "forwarder/proxy_protocol.h"
+#include "os/log.h"
+
+namespace xdpfwd {
+
+// A check fails when its handshake takes longer than the interval or a second, whichever is
+// longer: a loaded host must not mark every backend of a 100 ms check down at once.
+std::chrono::milliseconds HealthChecker::CheckTimeout(const Rule& rule) {
+  return std::max(std::chrono::milliseconds(rule.check_ms), std::chrono::milliseconds(1000));
+}
+
+Result<std::unique_ptr<HealthChecker>> HealthChecker::Start(HealthBoard& board) {
+  std::unique_ptr<HealthChecker> c(new HealthChecker(board));
+  c->epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!c->epoll_) return SystemError("health checks: epoll_create1");
+  HealthChecker* self = c.get();
+  c->thread_ = std::thread([self] { self->Run(); });
+  return c;
+}
+
+HealthChecker::~HealthChecker() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void HealthChecker::SetRules(const std::vector<Rule>& rules) {
+  std::lock_guard lock(mu_);
+  std::vector<std::unique_ptr<Checked>> next;
+  for (const Rule& rule : rules) {
+    if (rule.check_ms == 0 || !rule.is_stream()) continue;
+    auto kept = std::find_if(rules_.begin(), rules_.end(),
+                             [&](const auto& c) { return c && c->rule.id == rule.id; });
+    if (kept != rules_.end()) {
+      next.push_back(std::move(*kept));
+      continue;
+    }
+    auto checked = std::make_unique<Checked>();
+    checked->rule = rule;
+    checked->bits = board_.Claim(rule.id);
+    if (checked->bits == nullptr) {
+      Log("health checks: more than " + std::to_string(HealthBoard::kRules) +
+          " rules with checks; rule " + ToString(rule.listen) + " is served without them");
+      continue;
+    }
+    checked->backends.resize(rule.backend_count());
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < checked->backends.size(); ++i) {
+      Check& c = checked->backends[i];
+      c.owner = checked.get();
+      c.index = i;
+      c.address = rule.backend_address(i);
+      c.next = now;  // the first check at once
+      c.view.rule_id = rule.id;
+      c.view.backend = ToString(c.address);
+    }
+    next.push_back(std::move(checked));
+  }
+  // What no rule checks any more: its checks under way end, its board entry goes.
+  for (auto& gone : rules_) {
+    if (!gone) continue;
+    for (Check& c : gone->backends) {
+      if (c.fd) in_flight_.erase(c.token);
+    }
+    board_.Release(gone->rule.id);
+  }
+  rules_ = std::move(next);
+}
+
+std::vector<HealthChecker::BackendView> HealthChecker::View() const {
+  std::lock_guard lock(mu_);
+  std::vector<BackendView> out;
+  for (const auto& r : rules_) {
+    for (const Check& c : r->backends) out.push_back(c.view);
+  }
+  return out;
+}
+
+void HealthChecker::Begin(Check& c, Clock::time_point now) {
+  const Rule& rule = c.owner->rule;
+  c.started = now;
+  UniqueFd fd(socket(c.address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return End(c, false, std::string("socket: ") + std::strerror(errno), now);
+  if (rule.source.family() == c.address.family() &&
+      bind(fd.get(), rule.source.get(), rule.source.length) != 0) {
+    return End(c, false, std::string("bind to the rule's src: ") + std::strerror(errno), now);
+  }
+  if (connect(fd.get(), c.address.get(), c.address.length) != 0 && errno != EINPROGRESS) {
+    return End(c, false, std::strerror(errno), now);
+  }
+  c.token = next_token_++;
+  epoll_event ev{};
+  ev.events = EPOLLOUT;
+  ev.data.u64 = c.token;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+    return End(c, false, std::string("epoll_ctl: ") + std::strerror(errno), now);
+  }
+  c.fd = std::move(fd);
+  in_flight_[c.token] = &c;
+}
+
+void HealthChecker::End(Check& c, bool passed, const std::string& why, Clock::time_point now) {
+  if (c.fd) {
+    if (passed && c.owner->rule.proxy != ProxyVersion::kNone) {
+      // The check is the forwarder's own connection: v2's LOCAL command, v1's UNKNOWN line.
+      const ProxyHeader h = c.owner->rule.proxy == ProxyVersion::kV2
+                                ? MakeProxyLocalHeader()
+                                : MakeProxyHeader(ProxyVersion::kV1, nullptr, nullptr);
+      (void)send(c.fd.get(), h.bytes, h.size, MSG_NOSIGNAL);
+    }
+    in_flight_.erase(c.token);
+    c.fd.reset();  // leaves the epoll set
+  }
+  const Rule& rule = c.owner->rule;
+  ++c.view.checks;
+  c.next = c.started + std::chrono::milliseconds(rule.check_ms);
+  if (c.next < now) c.next = now;
+  if (passed) {
+    c.failed_in_a_row = 0;
+    if (++c.passed_in_a_row >= rule.check_rise && !c.view.up) {
+      c.view.up = true;
+      Log("health checks: rule " + ToString(rule.listen) + ": backend " + c.view.backend +
+          " is up (" + std::to_string(c.passed_in_a_row) + " checks passed)");
+      Publish(*c.owner);
+    }
+    return;
+  }
+  ++c.view.failures;
+  c.view.last_error = why;
+  c.passed_in_a_row = 0;
+  if (++c.failed_in_a_row >= rule.check_fall && c.view.up) {
+    c.view.up = false;
+    Log("health checks: rule " + ToString(rule.listen) + ": backend " + c.view.backend +
+        " is down (" + std::to_string(c.failed_in_a_row) + " checks failed; " + why + ")");
+    Publish(*c.owner);
+  }
+}
+
+void HealthChecker::Publish(Checked& checked) {
+  uint64_t bits = 0;
+  for (const Check& c : checked.backends) {
+    if (c.view.up) bits |= uint64_t{1} << c.index;
+  }
+  checked.bits->store(bits, std::memory_order_release);
+}
+
+void HealthChecker::Run() {
+  epoll_event events[64];
+  while (!stop_) {
+    int wait_ms = 100;
+    {
+      std::lock_guard lock(mu_);
+      const Clock::time_point now = Clock::now();
+      for (auto& r : rules_) {
+        const auto timeout = CheckTimeout(r->rule);
+        for (Check& c : r->backends) {
+          if (c.fd && now - c.started >= timeout) {
+            End(c, false, "no answer in " + std::to_string(timeout.count()) + " ms", now);
+          }
+          if (!c.fd && now >= c.next) Begin(c, now);
+          const Clock::time_point due = c.fd ? c.started + timeout : c.next;
+          const auto ms = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
+          wait_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, wait_ms));
+        }
+      }
+    }
+    const int n = epoll_wait(epoll_.get(), events, 64, wait_ms);
+    if (n <= 0) continue;
+    std::lock_guard lock(mu_);
+    const Clock::time_point now = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      auto it = in_flight_.find(events[i].data.u64);
+      if (it == in_flight_.end()) continue;  // ended since, or its rule went
+      Check& c = *it->second;
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      End(c, err == 0, err == 0 ? "" : std::strerror(err), now);
+    }
+  }
+}
+
+}  // namespace xdpfwd
