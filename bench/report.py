@@ -24,6 +24,9 @@ IDLE_TARGET = 100_000
 # The access log's cost: connections/s with it on at least this share of the same fast path's
 # without it, in the same run (xdpfwd-xdp-log against xdpfwd-xdp).
 LOG_RATE_TARGET = 0.95
+# A PROXY v2 header first on every backend connection (#30): connections/s with it at least this
+# share of the same fast path's without it, in the same run (xdpfwd-xdp-proxy against xdpfwd-xdp).
+PROXY_RATE_TARGET = 0.95
 # The flight recorder's cost (#29): the fast path with it on (xdpfwd-xdp) at least this share
 # of the same fast path with it off (xdpfwd-xdp-norec) in bulk and connections/s, and its rr
 # p99 at most this many µs above, in the same run.
@@ -58,6 +61,8 @@ def fmt_value(v):
         return out
     if isinstance(v, dict) and "forwarder_lines" in v:
         return access_log_text(v)
+    if isinstance(v, dict) and "rate_server" in v and "wrong" in v:
+        return proxy_backend_text(v)
     if isinstance(v, dict) and "sess" in v and "metrics" in v:
         return watch_text(v)
     if isinstance(v, dict) and "held" in v:
@@ -95,6 +100,18 @@ def access_log_text(a):
 
 
 MIB = 1 << 20
+
+
+def proxy_backend_text(b):
+    """The PROXY headers a configuration's servers read (bench/run's XdpfwdProxy.check_backends)
+    in words."""
+    parts = []
+    for order in CLOSE_ORDERS:
+        got = b.get(f"rate_{order}")
+        if got:
+            parts.append(f"{CLOSE_LABEL[order]}: {got['proxy_headers']:,} headers read for "
+                         f"{got['connections']:,} connections, errors {got['errors']}")
+    return "; ".join(parts) + ("" if b["ok"] else f"; FAILED: {'; '.join(b['wrong'])}")
 
 
 def watch_text(w):
@@ -262,6 +279,7 @@ def markdown(results, configs, meta):
             cells.append(ports_cell(r))
             out.append(f"| {c.label} | " + " | ".join(cells) + " |")
         out += access_log_table(mtu, by_cfg, shown)
+        out += proxy_table(mtu, by_cfg, shown)
         out += recorder_table(mtu, by_cfg, shown)
         out += watched_table(mtu, by_cfg, shown)
         out += ["", f"Idle connections, MTU {mtu}: each proven by a 32-byte exchange when opened "
@@ -322,7 +340,8 @@ def markdown(results, configs, meta):
     targets = target_rows(results)
     if targets:
         out += ["### Targets: the fast path against the kernel path (and against itself with "
-                "its access log on and its flight recorder off), same run", "",
+                "its access log on, a PROXY header to its backends and its flight recorder off), "
+                "same run", "",
                 "| MTU | target | measured | |", "|---|---|---|---|"]
         out += [f"| {m} | {t} | {v} | {STATUS[ok]} |" for m, t, v, ok in targets]
         out.append("")
@@ -356,12 +375,7 @@ def access_log_table(mtu, by_cfg, shown):
            "|---|---|---|---|---|---|---|---|---|"]
     for c in rows:
         r = by_cfg[c.name]
-        base = by_cfg.get(r["baseline"], {})
-        cells = []
-        for order in CLOSE_ORDERS:
-            on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
-            ratio = f"{on / off:.2f}×" if on and off else "—"
-            cells.append(f"{cell(off, 0)} → {cell(on, 0)} ({ratio})")
+        cells = rate_ratio_cells(r, by_cfg.get(r["baseline"], {}))
         a = r.get("access_log")
         if a:
             cells += [f"{a['lines']:,}", f"{a['expected']:,} ({a['accepted']:,} accepted)",
@@ -373,6 +387,41 @@ def access_log_table(mtu, by_cfg, shown):
             why = r.get("errors", {}).get("access_log")
             cells += ["**FAILED**" if why else "—", "—", "—", "—", "—", "—"]
         out.append(f"| {c.label} | " + " | ".join(cells) + " |")
+    return out + time_wait_lines(rows, by_cfg)
+
+
+def rate_ratio_cells(r, base):
+    """Per close order, a configuration's connections/s against its baseline's (the same fast
+    path without the one thing it changes): "off → on (on / off)"."""
+    cells = []
+    for order in CLOSE_ORDERS:
+        on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
+        ratio = f"{on / off:.2f}×" if on and off else "—"
+        cells.append(f"{cell(off, 0)} → {cell(on, 0)} ({ratio})")
+    return cells
+
+
+def rate_ratio_targets(mtu, name, r, by, what, goal):
+    """Target rows: per close order, `name`'s connections/s `what` (e.g. "with the access log")
+    at least `goal` × its baseline's without."""
+    rows = []
+    base = by.get(r["baseline"], {})
+    for order in CLOSE_ORDERS:
+        row = (f"{name}: connections/s {what} ≥ {goal}× without ({r['baseline']}), "
+               f"{CLOSE_LABEL[order]}")
+        on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
+        if not on or not off:
+            rows.append((mtu, row, "not measured", None))
+        else:
+            v = on / off
+            rows.append((mtu, row, f"{on:,.0f} vs {off:,.0f} = {v:.2f}×", v >= goal))
+    return rows
+
+
+def time_wait_lines(rows, by_cfg):
+    """Markdown lines: for each compared configuration in `rows`, the TIME_WAIT sockets its rate
+    rows began with against its baseline's (bench/run's match_time_wait)."""
+    out = []
     for c in rows:
         r = by_cfg[c.name]
         starts = []
@@ -539,16 +588,7 @@ def access_log_targets(mtu, by):
     for name, r in by.items():
         if r.get("comparison") != "access_log":
             continue
-        base = by.get(r["baseline"], {})
-        for order in CLOSE_ORDERS:
-            row = (f"{name}: connections/s with the access log ≥ {LOG_RATE_TARGET}× without "
-                   f"({r['baseline']}), {CLOSE_LABEL[order]}")
-            on, off = rate_of(r, f"rate_{order}"), rate_of(base, f"rate_{order}")
-            if not on or not off:
-                rows.append((mtu, row, "not measured", None))
-            else:
-                v = on / off
-                rows.append((mtu, row, f"{on:,.0f} vs {off:,.0f} = {v:.2f}×", v >= LOG_RATE_TARGET))
+        rows += rate_ratio_targets(mtu, name, r, by, "with the access log", LOG_RATE_TARGET)
         row = f"{name}: 2 whole access-log lines per connection accepted, none torn or dropped"
         a = r.get("access_log")
         if not a:
@@ -556,6 +596,70 @@ def access_log_targets(mtu, by):
         else:
             rows.append((mtu, row, f"{a['lines']:,} of {a['expected']:,} expected, torn "
                          f"{a['torn']:,}, dropped {a['dropped']:,}", a["ok"]))
+    return rows
+
+
+def proxy_table(mtu, by_cfg, shown):
+    """Markdown lines: each configuration that sends a PROXY header to its backends (bench/run's
+    xdpfwd-xdp-proxy) beside the one it is compared with, per close order, and the headers its
+    servers read against the connections they accepted."""
+    rows = [c for c in shown if c.comparison == "proxy"]
+    if not rows:
+        return []
+    out = ["", f"PROXY protocol cost, MTU {mtu}: the fast path with `[proxy=v2]` on its rules "
+           "(every backend connection starts with a PROXY v2 header naming the client) and its "
+           "servers `serve --accept-proxy` (each reads and checks the header before the "
+           "request, and closes a connection without a valid one), in the connection-rate rows "
+           "only, beside the same fast path without it (its "
+           f"`{'`, `'.join(sorted({by_cfg[c.name]['baseline'] for c in rows}))}` rows above: the "
+           "same options, ports of its own), on / off per close order, target ≥ "
+           f"{PROXY_RATE_TARGET}× (#30). Headers read: the servers' own counts (their summaries "
+           "on exit), warm-up included, against the connections they accepted; a header "
+           "malformed or missing, or a connection without one, fails the row.", "",
+           "| configuration | server closes first: connections/s off → on (on / off) | client "
+           "closes first: connections/s off → on (on / off) | headers read / connections, "
+           "server closes first | headers read / connections, client closes first | headers "
+           "malformed or missing |",
+           "|---|---|---|---|---|---|"]
+    for c in rows:
+        r = by_cfg[c.name]
+        cells = rate_ratio_cells(r, by_cfg.get(r["baseline"], {}))
+        b = r.get("backend")
+        if b:
+            bad = 0
+            for order in CLOSE_ORDERS:
+                got = b[f"rate_{order}"]
+                text = f"{got['proxy_headers']:,} / {got['connections']:,}"
+                cells.append(text if got["proxy_headers"] == got["connections"]
+                             else f"**FAILED: {text}**")
+                bad += got["errors"].get("proxy", 0)
+            cells.append(f"{bad:,}" if not bad else f"**{bad:,}**")
+        else:
+            why = r.get("errors", {}).get("backend")
+            cells += ["**FAILED**" if why else "—", "—", "—"]
+        out.append(f"| {c.label} | " + " | ".join(cells) + " |")
+    return out + time_wait_lines(rows, by_cfg)
+
+
+def proxy_targets(mtu, by):
+    """Target rows for each configuration that sends a PROXY header to its backends: its
+    connections/s against its baseline's per close order (≥ PROXY_RATE_TARGET×), and its
+    servers' headers (one valid header per connection accepted)."""
+    rows = []
+    for name, r in by.items():
+        if r.get("comparison") != "proxy":
+            continue
+        rows += rate_ratio_targets(mtu, name, r, by, "with a PROXY v2 header", PROXY_RATE_TARGET)
+        row = f"{name}: a valid PROXY v2 header read first on every backend connection"
+        b = r.get("backend")
+        if not b:
+            rows.append((mtu, row, "not measured", None))
+        else:
+            read = sum(b[f"rate_{o}"]["proxy_headers"] for o in CLOSE_ORDERS)
+            accepted = sum(b[f"rate_{o}"]["connections"] for o in CLOSE_ORDERS)
+            bad = sum(b[f"rate_{o}"]["errors"].get("proxy", 0) for o in CLOSE_ORDERS)
+            rows.append((mtu, row, f"{read:,} headers for {accepted:,} connections, "
+                         f"{bad:,} malformed or missing", b["ok"]))
     return rows
 
 
@@ -661,9 +765,11 @@ def target_rows(results):
             rows.append((mtu, row, f"{m:.2f} KiB, but at {i['held']:,} held", None))
         else:
             rows.append((mtu, row, f"{m:.2f} KiB at {i['held']:,}", m <= 2))
-    # The access log's rows last within each MTU (a stable sort keeps the rest in order).
+    # The access log's and the PROXY header's rows last within each MTU (a stable sort keeps the
+    # rest in order).
     for mtu, by in results.items():
         rows += access_log_targets(mtu, by)
+        rows += proxy_targets(mtu, by)
         rows += recorder_targets(mtu, by)
     mtus = list(results)
     rows.sort(key=lambda t: mtus.index(t[0]))

@@ -23,7 +23,7 @@ const std::vector<ModeSpec>& Modes() {
       {Mode::kServe,
        "serve",
        {"--listen", "--request", "--response"},
-       {"--close-after-response", "--reuseport", "--cpu"}},
+       {"--close-after-response", "--reuseport", "--accept-proxy", "--cpu"}},
       {Mode::kRequestResponse,
        "rr",
        {"--connect", "--connections", "--request", "--response", "--seconds"},
@@ -85,9 +85,12 @@ const char* Usage() {
   return "usage: xdpfwd-loadgen MODE [options]          (results: one JSON line on stdout)\n"
          "\n"
          "  serve --listen ADDR:PORT --request B --response B [--close-after-response]\n"
-         "        [--reuseport] backend: reads B request bytes, writes B response bytes, repeats;\n"
-         "        port 0 picks a free port (logged on stderr); --reuseport lets several servers\n"
-         "        share the port (SO_REUSEPORT); summary on SIGINT/SIGTERM\n"
+         "        [--reuseport] [--accept-proxy] backend: reads B request bytes, writes B\n"
+         "        response bytes, repeats; port 0 picks a free port (logged on stderr);\n"
+         "        --reuseport lets several servers share the port (SO_REUSEPORT);\n"
+         "        --accept-proxy reads and checks a PROXY protocol header (v1 or v2) first on\n"
+         "        each connection and closes one without a valid header (errors.proxy);\n"
+         "        summary on SIGINT/SIGTERM\n"
          "  rr    --connect ADDR:PORT --connections N --request B --response B --seconds S\n"
          "        [--warmup S] closed-loop request/response on N connections\n"
          "  rate  --connect ADDR:PORT --concurrency N --request B --response B --seconds S\n"
@@ -142,8 +145,12 @@ Result<Options> ParseArgs(const std::vector<std::string>& args) {
       return Error{{}, mode + " does not take '" + a + "'"};
     }
     if (!seen.insert(a).second) return Error{{}, a + " is given twice"};
-    if (a == "--close-after-response" || a == "--reuseport") {
-      (a == "--reuseport" ? o.reuse_port : o.close_after_response) = true;
+    bool* flag = a == "--close-after-response" ? &o.close_after_response
+                 : a == "--reuseport"          ? &o.reuse_port
+                 : a == "--accept-proxy"       ? &o.accept_proxy
+                                               : nullptr;
+    if (flag != nullptr) {  // options without a value
+      *flag = true;
       continue;
     }
     if (i + 1 >= args.size()) return Error{{}, a + " needs a value"};

@@ -29,6 +29,7 @@ struct Options {
   double timeout = 5.0;               // per connect and per exchange; counts as a timeout error
   bool close_after_response = false;  // serve
   bool reuse_port = false;            // serve: SO_REUSEPORT, several servers on one port
+  bool accept_proxy = false;          // serve: a PROXY header (v1 or v2) first on each connection
   CloseOrder close = CloseOrder::kServer;  // rate
   uint64_t max_failures = 0;               // hold: stop opening after this many (0: never)
   int cpu = -1;

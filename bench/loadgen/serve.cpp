@@ -1,16 +1,21 @@
 // serve: the benchmark's backend. One thread, level-triggered epoll, non-blocking sockets: on
 // each connection read exactly --request bytes, write exactly --response bytes, repeat (or close
-// after the first response, so TIME_WAIT stays on this side in connection-rate runs).
+// after the first response, so TIME_WAIT stays on this side in connection-rate runs). With
+// --accept-proxy each connection first sends a PROXY header (a forwarder's [proxy=v1|v2]).
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "bench/loadgen/modes.h"
 #include "bench/loadgen/process.h"
+#include "bench/loadgen/proxy_header.h"
 #include "bench/loadgen/report.h"
 
 namespace xdpfwd::loadgen {
@@ -21,12 +26,15 @@ constexpr int kBacklog = 4096;         // connection-rate runs open thousands pe
 // After EMFILE/ENFILE the listener is left out of epoll this long (or until a connection
 // closes): the pending connection would otherwise wake every epoll_wait and spin the loop.
 constexpr uint64_t kAcceptPauseNs = 100'000'000;
+static_assert(kChunk >= kProxyMaxBytes, "a whole PROXY header fits in the scratch buffer");
 
 struct Connection {
   bool open = false;
-  bool writing = false;    // the request is complete; the response is being written
-  bool wants_out = false;  // registered for EPOLLOUT (a write would have blocked)
-  uint64_t done = 0;       // bytes of the current request read, or response written
+  bool awaiting_header = false;  // --accept-proxy: its PROXY header is not complete yet
+  bool writing = false;          // the request is complete; the response is being written
+  bool wants_out = false;        // registered for EPOLLOUT (a write would have blocked)
+  uint64_t done = 0;             // bytes of the current request read, or response written
+  std::string header;            // a PROXY header's first part, when it came in more than one read
 };
 
 class Server {
@@ -72,15 +80,20 @@ class Server {
 
   JsonObject Summary(const std::string& listen) const {
     JsonObject errors;
-    errors.Count("accept", accept_errors_).Count("reset", resets_).Count("short", shorts_);
+    errors.Count("accept", accept_errors_)
+        .Count("reset", resets_)
+        .Count("short", shorts_)
+        .Count("proxy", proxy_errors_)
+        .Count("excess", excess_);
     JsonObject j;
     j.String("mode", "serve")
         .String("listen", listen)
         .Count("connections", accepted_)
         .Count("exchanges", exchanges_)
         .Count("bytes_received", bytes_in_)
-        .Count("bytes_sent", bytes_out_)
-        .Object("errors", errors);
+        .Count("bytes_sent", bytes_out_);
+    if (o_.accept_proxy) j.Count("proxy_headers", proxy_headers_);
+    j.Object("errors", errors);
     return j;
   }
 
@@ -110,7 +123,10 @@ class Server {
         close(fd);
         continue;
       }
-      connections_[fd] = Connection{.open = true};
+      Connection& c = connections_[fd];
+      c = Connection{};
+      c.open = true;
+      c.awaiting_header = o_.accept_proxy;
       ++accepted_;
     }
   }
@@ -131,6 +147,12 @@ class Server {
     if (!c.open) return;
     if (c.writing) {
       Write(fd, c);
+      return;
+    }
+    if (c.awaiting_header) {
+      // Whatever is left of the request after the header is read on the next wake-up
+      // (level-triggered: epoll reports it again).
+      ReadProxyHeader(fd, c);
       return;
     }
     for (;;) {
@@ -160,6 +182,62 @@ class Server {
         }
         return;
       }
+    }
+  }
+
+  // --accept-proxy: reads up to the end of the connection's PROXY header. Bytes after it in the
+  // same read are the request's first; more than one request's worth there (a client that did
+  // not wait for its response, which no mode of ours does) counts as excess. A connection
+  // whose first bytes are not a valid header, or that ends before its header does, counts as
+  // a proxy error; either is closed.
+  void ReadProxyHeader(int fd, Connection& c) {
+    // A header split over reads (rare: the sender writes it whole) is put back in front of
+    // what follows, so the scan always sees it from its first byte.
+    const size_t have = c.header.size();
+    std::memcpy(scratch_.data(), c.header.data(), have);
+    ssize_t n;
+    do {
+      n = recv(fd, scratch_.data() + have, kProxyMaxBytes - have, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno != EAGAIN) {
+        ++resets_;
+        Close(fd);
+      }
+      return;
+    }
+    if (n == 0) {
+      ++proxy_errors_;
+      Close(fd);
+      return;
+    }
+    const size_t got = have + static_cast<size_t>(n);
+    const ProxyScan scan =
+        ScanProxyHeader(std::span(reinterpret_cast<const uint8_t*>(scratch_.data()), got));
+    if (scan.status == ProxyScan::Status::kInvalid) {
+      ++proxy_errors_;
+      Close(fd);
+      return;
+    }
+    if (scan.status == ProxyScan::Status::kIncomplete) {
+      c.header.assign(scratch_.data(), got);
+      return;
+    }
+    ++proxy_headers_;
+    c.awaiting_header = false;
+    std::string().swap(c.header);
+    const uint64_t after = got - scan.length;
+    if (after > o_.request) {
+      ++excess_;
+      Close(fd);
+      return;
+    }
+    bytes_in_ += after;
+    c.done = after;
+    if (c.done == o_.request) {
+      c.writing = true;
+      c.done = 0;
+      Write(fd, c);
     }
   }
 
@@ -203,7 +281,8 @@ class Server {
   std::vector<Connection> connections_;  // indexed by fd
   uint64_t accept_paused_until_ = 0;     // MonotonicNs() deadline, 0 when accepting
   uint64_t accepted_ = 0, exchanges_ = 0, bytes_in_ = 0, bytes_out_ = 0;
-  uint64_t accept_errors_ = 0, resets_ = 0, shorts_ = 0;
+  uint64_t proxy_headers_ = 0;
+  uint64_t accept_errors_ = 0, resets_ = 0, shorts_ = 0, proxy_errors_ = 0, excess_ = 0;
 };
 
 }  // namespace

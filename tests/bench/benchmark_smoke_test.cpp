@@ -4,7 +4,9 @@
 // busy time), and idle connections all held and proven; every configuration on ports of its own.
 // The fast path with its access log on (xdpfwd-xdp-log: the connection-rate rows only) beside it,
 // and its log counted after it stopped: 2 whole lines per connection accepted, none dropped. The
-// fast path with its flight recorder off (xdpfwd-xdp-norec) and watched (xdpfwd-xdp-watched:
+// fast path sending a PROXY v2 header to its backends (xdpfwd-xdp-proxy: the connection-rate rows
+// only), its servers reading one valid header per connection. The fast path with its flight
+// recorder off (xdpfwd-xdp-norec) and watched (xdpfwd-xdp-watched:
 // 10,000 idle connections held, /metrics and show sess 10 times a second), each in its table
 // against xdpfwd-xdp.
 // And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
@@ -177,6 +179,32 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     EXPECT_EQ(cells[7], "0") << "failed writes: " << rows[1];
     EXPECT_NE(json.find("\"forwarder_lines\""), std::string::npos)
         << "no access_log in results.json";
+  }
+  // The PROXY header's row: its connection rate (ports of its own) and the PROXY table's row
+  // (connections/s off -> on per close order, headers read / connections per close order, none
+  // malformed or missing).
+  {
+    const std::string label = "xdpfwd --path xdp, PROXY v2 header";
+    const auto rows = RowsFor(table, label);
+    ASSERT_EQ(rows.size(), 2u) << label << ": a connection-rate row and a PROXY row:\n" << table;
+    for (const std::string& row : rows) {
+      EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
+      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
+    }
+    EXPECT_NE(rows[0].find("busy"), std::string::npos) << rows[0];
+    const std::string own = LastCell(rows[0]);
+    EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+    const auto cells = Cells(rows[1]);
+    ASSERT_EQ(cells.size(), 6u) << rows[1];
+    // "1,000 / 1,000": as many headers as connections, and some.
+    for (size_t i : {3u, 4u}) {
+      const size_t slash = cells[i].find(" / ");
+      ASSERT_NE(slash, std::string::npos) << rows[1];
+      EXPECT_EQ(cells[i].substr(0, slash), cells[i].substr(slash + 3)) << rows[1];
+      EXPECT_NE(cells[i].substr(0, slash), "0") << rows[1];
+    }
+    EXPECT_EQ(cells[5], "0") << "malformed or missing headers: " << rows[1];
   }
   // The flight recorder off and the watched fast path: a throughput row each (its strace cell
   // "—": no strace row), the recorder's connection-rate row (ports of its own), then their tables.

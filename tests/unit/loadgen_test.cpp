@@ -1,19 +1,28 @@
 // The xdpfwd-loadgen binary end to end on loopback: serve answers, rr/rate/hold report what they
-// did as JSON with no errors and ordered percentiles, failures are counted, bad arguments exit 2;
-// and its argument parser on its own.
+// did as JSON with no errors and ordered percentiles, failures are counted, bad arguments exit 2,
+// serve --accept-proxy reads the forwarder's PROXY headers; its argument parser and its PROXY
+// header reader on their own.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/loadgen/args.h"
+#include "bench/loadgen/proxy_header.h"
+#include "forwarder/proxy_protocol.h"
 #include "tests/support/child_process.h"
+#include "tests/support/tcp.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -255,6 +264,81 @@ TEST(Loadgen, RefusedConnectionsAreCounted) {
   EXPECT_GT(Field(json, "ECONNREFUSED", "errnos"), 0) << json;
 }
 
+sockaddr_in V4(const char* addr, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  EXPECT_EQ(inet_pton(AF_INET, addr, &a.sin_addr), 1);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// The header xdpfwd's writer sends for a client 192.0.2.1:40000 that connected to
+// 198.51.100.1:9000.
+std::string ForwarderHeader(ProxyVersion version) {
+  const sockaddr_in client = V4("192.0.2.1", 40000), listen = V4("198.51.100.1", 9000);
+  const ProxyHeader h = MakeProxyHeader(version, reinterpret_cast<const sockaddr*>(&client),
+                                        reinterpret_cast<const sockaddr*>(&listen));
+  return {reinterpret_cast<const char*>(h.bytes), h.size};
+}
+
+// One connection to a serve on 127.0.0.1: `writes` sent one send() each, then the response
+// read; how many of its bytes came before EOF (or a reset), at most `response`.
+size_t Exchange(const std::string& address, const std::vector<std::string>& writes,
+                size_t response = 32) {
+  in_addr loopback{};
+  inet_pton(AF_INET, "127.0.0.1", &loopback);
+  const auto port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  UniqueFd fd = TcpConnect("", loopback, port);
+  for (const std::string& w : writes) {
+    EXPECT_EQ(send(fd.get(), w.data(), w.size(), MSG_NOSIGNAL), static_cast<ssize_t>(w.size()));
+  }
+  size_t got = 0;
+  char buf[64];
+  while (got < response) {
+    const ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got;
+}
+
+// serve --accept-proxy answers a request after the forwarder's header, v2 in the same write as
+// the request and v1 in one of its own; a connection that starts with anything else is closed
+// unanswered and counted as a proxy error.
+TEST(Loadgen, ServeAcceptsProxyHeadersBeforeRequests) {
+  Server server({"--accept-proxy"});
+  const std::string request(32, 'q');
+  EXPECT_EQ(Exchange(server.address(), {ForwarderHeader(ProxyVersion::kV2) + request}), 32u);
+  EXPECT_EQ(Exchange(server.address(), {ForwarderHeader(ProxyVersion::kV1), request}), 32u);
+  EXPECT_EQ(Exchange(server.address(), {"GET / HTTP/1.0\r\n\r\n" + request}), 0u);
+  const std::string summary = server.Stop();
+  EXPECT_EQ(Field(summary, "connections"), 3) << summary;
+  EXPECT_EQ(Field(summary, "proxy_headers"), 2) << summary;
+  EXPECT_EQ(Field(summary, "exchanges"), 2) << summary;
+  EXPECT_EQ(Field(summary, "bytes_received"), 64) << summary;  // the headers not counted
+  EXPECT_EQ(Field(summary, "proxy", "errors"), 1) << summary;
+  for (const char* kind : {"accept", "reset", "short", "excess"}) {
+    EXPECT_EQ(Field(summary, kind, "errors"), 0) << kind << " in " << summary;
+  }
+}
+
+// Clients that send no header (rate straight at the server, no forwarder): every connection
+// fails, on both sides' reports.
+TEST(Loadgen, ServeAcceptProxyFailsConnectionsWithoutAHeader) {
+  Server server({"--accept-proxy", "--close-after-response"});
+  const RunResult rate =
+      Loadgen({"rate", "--connect", server.address(), "--concurrency", "2", "--request", "32",
+               "--response", "32", "--seconds", "0.3", "--warmup", "0"});
+  EXPECT_EQ(rate.status, 1) << rate.output;
+  const std::string json = JsonLine(rate.output, "{\"mode\":\"rate\"");
+  EXPECT_EQ(Field(json, "connections"), 0) << json;
+  EXPECT_GT(Field(json, "short", "errors"), 0) << json;
+  const std::string summary = server.Stop();
+  EXPECT_GT(Field(summary, "proxy", "errors"), 0) << summary;
+  EXPECT_EQ(Field(summary, "proxy_headers"), 0) << summary;
+  EXPECT_EQ(Field(summary, "exchanges"), 0) << summary;
+}
+
 TEST(Loadgen, BadArgumentsExitTwoNamingTheOption) {
   const RunResult bad = Loadgen({"rr", "--connect", "127.0.0.1:9", "--connections", "many"});
   EXPECT_EQ(bad.status, 2);
@@ -273,6 +357,122 @@ namespace xdpfwd::loadgen {
 namespace {
 
 Result<Options> Parse(std::vector<std::string> args) { return ParseArgs(args); }
+
+using Status = ProxyScan::Status;
+
+ProxyScan Scan(const std::string& bytes) {
+  return ScanProxyHeader(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+}
+
+std::string Bytes(std::initializer_list<uint8_t> b) { return {b.begin(), b.end()}; }
+
+const std::string kV2Signature =
+    Bytes({0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a});
+// v2, PROXY, TCP over IPv4, 12 bytes: 192.0.2.1:40000 -> 198.51.100.1:9000.
+const std::string kV2Tcp4 = kV2Signature + Bytes({0x21, 0x11, 0x00, 0x0c, 192, 0, 2, 1, 198, 51,
+                                                  100, 1, 0x9c, 0x40, 0x23, 0x28});
+
+void ExpectComplete(const std::string& bytes, size_t length, int version) {
+  const ProxyScan scan = Scan(bytes);
+  EXPECT_EQ(scan.status, Status::kComplete) << bytes;
+  EXPECT_EQ(scan.length, length) << bytes;
+  EXPECT_EQ(scan.version, version) << bytes;
+}
+
+TEST(LoadgenProxyHeader, V1Tcp4) {
+  const std::string line = "PROXY TCP4 192.0.2.1 198.51.100.1 40000 9000\r\n";
+  ExpectComplete(line, line.size(), 1);
+  // The request's bytes after it are not the header's.
+  ExpectComplete(line + "GET / HTTP/1.0\r\n\r\n", line.size(), 1);
+  ExpectComplete("PROXY TCP6 2001:db8::1 2001:db8::2 40000 80\r\nxyz", 45, 1);
+  // UNKNOWN: whatever follows it up to the CRLF is ignored.
+  ExpectComplete("PROXY UNKNOWN\r\n", 15, 1);
+  ExpectComplete("PROXY UNKNOWN ffff::1 ffff::2 1 2\r\n", 35, 1);
+  // The longest line v1 allows, CRLF included.
+  ExpectComplete("PROXY UNKNOWN " + std::string(91, 'x') + "\r\n", 107, 1);
+}
+
+TEST(LoadgenProxyHeader, V2Ipv4) {
+  ExpectComplete(kV2Tcp4, 28, 2);
+  ExpectComplete(kV2Tcp4 + "request", 28, 2);
+  // LOCAL (a sender's own connection): no addresses.
+  ExpectComplete(kV2Signature + Bytes({0x20, 0x00, 0x00, 0x00}), 16, 2);
+  // TLVs after the addresses belong to the header: 4 more bytes here.
+  std::string tlv = kV2Tcp4 + Bytes({0x04, 0x00, 0x01, 0x00}) + "request";
+  tlv[15] = 0x10;
+  ExpectComplete(tlv, 32, 2);
+}
+
+// What xdpfwd's own writer sends reads back whole, both versions, both families.
+TEST(LoadgenProxyHeader, ReadsTheForwardersHeaders) {
+  EXPECT_EQ(test::ForwarderHeader(ProxyVersion::kV2), kV2Tcp4);
+  for (ProxyVersion v : {ProxyVersion::kV1, ProxyVersion::kV2}) {
+    const std::string v4 = test::ForwarderHeader(v);
+    ExpectComplete(v4 + "request", v4.size(), v == ProxyVersion::kV1 ? 1 : 2);
+    sockaddr_in6 from{}, to{};
+    from.sin6_family = to.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "2001:db8::1", &from.sin6_addr);
+    inet_pton(AF_INET6, "2001:db8::2", &to.sin6_addr);
+    from.sin6_port = htons(1);
+    to.sin6_port = htons(65535);
+    const ProxyHeader h = MakeProxyHeader(v, reinterpret_cast<const sockaddr*>(&from),
+                                          reinterpret_cast<const sockaddr*>(&to));
+    const std::string v6(reinterpret_cast<const char*>(h.bytes), h.size);
+    ExpectComplete(v6 + "request", v6.size(), v == ProxyVersion::kV1 ? 1 : 2);
+  }
+  const ProxyHeader local = MakeProxyLocalHeader();
+  ExpectComplete(std::string(reinterpret_cast<const char*>(local.bytes), local.size), 16, 2);
+}
+
+// A header that arrives a few bytes at a time: every prefix of it is incomplete, never invalid,
+// and the version is known from the first byte.
+TEST(LoadgenProxyHeader, SplitAcrossReads) {
+  for (const std::string& header :
+       {std::string("PROXY TCP4 192.0.2.1 198.51.100.1 40000 9000\r\n"), kV2Tcp4}) {
+    for (size_t n = 1; n < header.size(); ++n) {
+      const ProxyScan scan = Scan(header.substr(0, n));
+      EXPECT_EQ(scan.status, Status::kIncomplete) << n << " bytes of " << header;
+      EXPECT_EQ(scan.version, header[0] == 'P' ? 1 : 2);
+    }
+    ExpectComplete(header, header.size(), header[0] == 'P' ? 1 : 2);
+  }
+  EXPECT_EQ(Scan("").status, Status::kIncomplete);
+}
+
+TEST(LoadgenProxyHeader, Malformed) {
+  const std::string long_line = "PROXY UNKNOWN " + std::string(93, 'x') + "\r\n";  // 109 bytes
+  std::string v2_short_block = kV2Tcp4;
+  v2_short_block[15] = 11;  // TCP4 needs 12 bytes of addresses and ports
+  for (const std::string& bad : {
+           std::string("GET / HTTP/1.0\r\n\r\n"),                         // no header at all
+           std::string("proxy TCP4 192.0.2.1 198.51.100.1 1 2\r\n"),      // keywords are upper case
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 1 2\n"),        // LF without CR
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 1 2\rX"),       // CR not before LF
+           std::string("PROXY TCP5 192.0.2.1 198.51.100.1 1 2\r\n"),      // no such protocol
+           std::string("PROXY TCP4 192.0.2.1  198.51.100.1 1 2\r\n"),     // two spaces
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 1\r\n"),        // a port missing
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 1 2 3\r\n"),    // a field too many
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 65536 2\r\n"),  // port too large
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 01 2\r\n"),     // leading zero
+           std::string("PROXY TCP4 2001:db8::1 198.51.100.1 1 2\r\n"),    // IPv6 under TCP4
+           std::string("PROXY TCP6 192.0.2.1 2001:db8::2 1 2\r\n"),       // IPv4 under TCP6
+           std::string("PROXY TCP4 192.0.2.1 198.51.100.1 1 2\t\r\n"),    // not printable
+           long_line,
+           std::string(long_line, 0, 107),  // no CRLF within 107 bytes, without waiting for more
+           kV2Signature.substr(0, 11) + "X" + kV2Tcp4.substr(12),  // signature's last byte
+           kV2Signature + Bytes({0x11, 0x11, 0x00, 0x0c}),         // version 1 in v2's byte
+           kV2Signature + Bytes({0x22, 0x11, 0x00, 0x0c}),         // command 2
+           kV2Signature + Bytes({0x21, 0x41, 0x00, 0x0c}),         // family 4
+           kV2Signature + Bytes({0x21, 0x13, 0x00, 0x0c}),         // transport 3
+           v2_short_block,
+       }) {
+    EXPECT_EQ(Scan(bad).status, Status::kInvalid) << bad;
+  }
+  // Decided from the first byte that cannot start a header, not after a whole line.
+  EXPECT_EQ(Scan("G").status, Status::kInvalid);
+  EXPECT_EQ(Scan("PROXX").status, Status::kInvalid);
+  EXPECT_EQ(Scan(kV2Signature.substr(0, 4) + "X").status, Status::kInvalid);
+}
 
 TEST(LoadgenArgs, RateCloseOrder) {
   const std::vector<std::string> base = {
@@ -312,6 +512,21 @@ TEST(LoadgenArgs, ServeReusePort) {
   EXPECT_TRUE(shared->close_after_response);
   EXPECT_FALSE(Parse({"rate", "--connect", "127.0.0.1:9", "--concurrency", "1", "--request", "1",
                       "--response", "1", "--seconds", "1", "--reuseport"}));
+}
+
+TEST(LoadgenArgs, ServeAcceptProxy) {
+  auto plain = Parse({"serve", "--listen", "127.0.0.1:0", "--request", "1", "--response", "1"});
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_FALSE(plain->accept_proxy);
+  auto proxied = Parse({"serve", "--listen", "127.0.0.1:0", "--request", "1", "--response", "1",
+                        "--accept-proxy", "--close-after-response"});
+  ASSERT_TRUE(proxied) << proxied.error().message();
+  EXPECT_TRUE(proxied->accept_proxy);
+  EXPECT_TRUE(proxied->close_after_response);
+  EXPECT_FALSE(proxied->reuse_port);
+  // A client sends no header of its own: only serve takes it.
+  EXPECT_FALSE(Parse({"rr", "--connect", "127.0.0.1:9", "--connections", "1", "--request", "1",
+                      "--response", "1", "--seconds", "1", "--accept-proxy"}));
 }
 
 TEST(LoadgenArgs, HoldMaxFailures) {
