@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
+#include "tests/support/temp_dir.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -70,17 +70,11 @@ class BackendsTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
-    char tmpl[] = "/tmp/xdpfwd-backends-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   // The rule, then one backend line each for backends 1..n-1 (`options[k]` after backend k's).
   std::string WriteConfig(const std::string& rule_options,
                           const std::vector<std::string>& backend_options) {
-    const std::string config = dir_ + "/xdpfwd.conf";
+    const std::string config = dir_.File("xdpfwd.conf");
     const std::string server = ToString(topo_.server_addr());
     std::ofstream f(config);
     f << ToString(topo_.client_gw()) << " " << kPort << " " << server << " " << kFirstBackendPort
@@ -104,7 +98,7 @@ class BackendsTest : public ::testing::TestWithParam<const char*> {
     }
   }
   Topology topo_;
-  std::string dir_;
+  TempDir dir_;
 };
 
 // Weights 3:1 with the third backend dead (nothing listens): every client is answered, the

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
+#include "tests/support/temp_dir.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -66,14 +66,8 @@ class ProxyProtocolTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(ProxyProtocolTest, BackendReadsTheClientFirst) {
   if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
   Topology topo;
-  char tmpl[] = "/tmp/xdpfwd-proxy-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
-  const std::string config = dir + "/xdpfwd.conf";
+  TempDir dir;
+  const std::string config = dir.File("xdpfwd.conf");
   {
     const std::string gw = ToString(topo.client_gw()), server = ToString(topo.server_addr());
     std::ofstream f(config);

@@ -27,6 +27,7 @@
 #include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
+#include "tests/support/temp_dir.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -504,14 +505,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, ReloadTest, ::testing::Values("xdp", "auto", "ke
 TEST(ReloadIntoWorkers, AccessListsRestartsAndWhatTheyCannotTake) {
   if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
   Topology topo;
-  char tmpl[] = "/tmp/xdpfwd-reload-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
-  const std::string config = dir + "/xdpfwd.conf";
+  TempDir dir;
+  const std::string config = dir.File("xdpfwd.conf");
   const std::string gw = ToString(topo.client_gw()), server = ToString(topo.server_addr());
   auto write = [&](const std::string& text) {
     std::ofstream f(config + ".new");
@@ -573,14 +568,8 @@ TEST(ReloadIntoWorkers, AccessListsRestartsAndWhatTheyCannotTake) {
 TEST(ReloadIntoWorkers, AutoHandsWhatTheWorkersCannotTakeToTheKernelPath) {
   if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
   Topology topo;
-  char tmpl[] = "/tmp/xdpfwd-reload-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
-  const std::string config = dir + "/xdpfwd.conf";
+  TempDir dir;
+  const std::string config = dir.File("xdpfwd.conf");
   const std::string gw = ToString(topo.client_gw()), server = ToString(topo.server_addr());
   EchoServer echo(TcpListen(topo.server_ns(), topo.server_addr(), kBackendPort));
   {

@@ -70,18 +70,6 @@ std::string OutputSoFar(ChildProcess& child) {
   }
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/xdpfwd-unit-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
-  path_ = tmpl;
-  fs::permissions(path_, fs::perms(0755));
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 std::string Rule(const Topology& topo, uint16_t port) {
   return ToString(topo.client_gw()) + " " + std::to_string(port) + " " +
          ToString(topo.server_addr()) + " " + std::to_string(kBackendPort) + "\n";

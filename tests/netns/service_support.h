@@ -17,6 +17,7 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/netns_topology.h"
+#include "tests/support/temp_dir.h"
 
 namespace xdpfwd::test {
 
@@ -82,19 +83,6 @@ std::string OutputSoFar(ChildProcess& child);
 
 // A client in the topology's client namespace gets its bytes back through listen port `port`.
 ::testing::AssertionResult Echoes(const Topology& topo, uint16_t port);
-
-// A private directory that an unprivileged user can read (the binary, the configuration).
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A rinetd rule from the topology's client-side gateway, port `port`, to the server's
 // kBackendPort.
