@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -54,8 +55,10 @@ constexpr const char* kHelp =
     "  show stat      CSV, one row per path: rules, then every relay counter\n"
     "  show workers   each fast-path worker: CPU, busy time, faults, AF_XDP and lwIP counters\n"
     "  show steer     the steering program's decisions by reason (CSV)\n"
-    "  show backends  each backend of rules with health checks: up or down, checks,\n"
-    "                 failures, the last failure (CSV)\n"
+    "  show backends  each backend of rules with several backends or health checks:\n"
+    "                 ready/drain/maint, checks' verdict, checks, failures, last failure (CSV)\n"
+    "  set backend RULE ADDR:PORT ready|drain|maint  drain and maint take no new\n"
+    "                 connections (open ones carry on); maint also stops its checks\n"
     "  show sess      every open connection (CSV): path, worker, peers, age, bytes, and\n"
     "                 each leg's TCP state, srtt, rto, cwnd, in flight, queue, window\n"
     "  shutdown session ID  reset that connection's legs (its id from show sess)\n"
@@ -324,13 +327,35 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
   if (command == "show workers") return WorkersText(report());
   if (command == "show steer") return SteerText(report());
   if (command == "show backends") {
-    std::string out = "# rule,backend,state,checks,failures,last_failure\n";
+    std::string out = "# rule,backend,admin,check,checks,failures,last_failure\n";
     for (const HealthChecker::BackendView& b : service_->CheckedBackends()) {
-      out += std::to_string(b.rule_id) + "," + b.backend + "," + (b.up ? "up" : "down") + "," +
-             std::to_string(b.checks) + "," + std::to_string(b.failures) + "," + b.last_error +
-             "\n";
+      out += std::to_string(b.rule_id) + "," + b.backend + "," + HealthChecker::AdminName(b.admin) +
+             "," +
+             (!b.checked ? "unchecked"
+              : b.up     ? "up"
+                         : "down") +
+             "," + std::to_string(b.checks) + "," + std::to_string(b.failures) + "," +
+             b.last_error + "\n";
     }
     return out;
+  }
+  if (command.rfind("set backend ", 0) == 0) {
+    std::istringstream words(command.substr(12));
+    std::string rule, backend, state, extra;
+    words >> rule >> backend >> state >> extra;
+    uint32_t id = 0;
+    const auto [p, ec] = std::from_chars(rule.data(), rule.data() + rule.size(), id);
+    if (ec != std::errc() || p != rule.data() + rule.size() || backend.empty() || !extra.empty() ||
+        (state != "ready" && state != "drain" && state != "maint")) {
+      return "error: expected set backend RULE ADDR:PORT ready|drain|maint\n";
+    }
+    const auto admin = state == "ready"   ? HealthChecker::Admin::kReady
+                       : state == "drain" ? HealthChecker::Admin::kDrain
+                                          : HealthChecker::Admin::kMaint;
+    if (auto r = service_->SetBackendAdmin(id, backend, admin); !r) {
+      return "error: " + r.error().message() + "\n";
+    }
+    return "backend " + backend + " of rule " + rule + ": " + state + "\n";
   }
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());

@@ -39,7 +39,7 @@ void HealthChecker::SetRules(const std::vector<Rule>& rules) {
   std::lock_guard lock(mu_);
   std::vector<std::unique_ptr<Checked>> next;
   for (const Rule& rule : rules) {
-    if (rule.check_ms == 0 || !rule.is_stream()) continue;
+    if (!rule.is_stream() || (rule.check_ms == 0 && rule.backend_count() == 1)) continue;
     auto kept = std::find_if(rules_.begin(), rules_.end(),
                              [&](const auto& c) { return c && c->rule.id == rule.id; });
     if (kept != rules_.end()) {
@@ -64,6 +64,7 @@ void HealthChecker::SetRules(const std::vector<Rule>& rules) {
       c.next = now;  // the first check at once
       c.view.rule_id = rule.id;
       c.view.backend = ToString(c.address);
+      c.view.checked = rule.check_ms != 0;
     }
     next.push_back(std::move(checked));
   }
@@ -147,10 +148,46 @@ void HealthChecker::End(Check& c, bool passed, const std::string& why, Clock::ti
   }
 }
 
+const char* HealthChecker::AdminName(Admin a) {
+  switch (a) {
+    case Admin::kDrain:
+      return "drain";
+    case Admin::kMaint:
+      return "maint";
+    case Admin::kReady:
+      break;
+  }
+  return "ready";
+}
+
+Result<void> HealthChecker::SetAdmin(uint32_t rule_id, const std::string& backend, Admin admin) {
+  std::lock_guard lock(mu_);
+  for (auto& r : rules_) {
+    if (r->rule.id != rule_id) continue;
+    for (Check& c : r->backends) {
+      if (c.view.backend != backend) continue;
+      c.view.admin = admin;
+      if (admin == Admin::kMaint) {  // no checks while in maintenance; fresh ones after
+        if (c.fd) in_flight_.erase(c.token);
+        c.fd.reset();
+        c.failed_in_a_row = c.passed_in_a_row = 0;
+      }
+      Log("backends: rule " + std::to_string(rule_id) + ": " + backend + " set to " +
+          AdminName(admin));
+      Publish(*r);
+      return {};
+    }
+    return Error{{}, "rule " + std::to_string(rule_id) + " has no backend " + backend};
+  }
+  return Error{{},
+               "no rule " + std::to_string(rule_id) +
+                   " with several backends or health checks (show backends lists them)"};
+}
+
 void HealthChecker::Publish(Checked& checked) {
   uint64_t bits = 0;
   for (const Check& c : checked.backends) {
-    if (c.view.up) bits |= uint64_t{1} << c.index;
+    if (c.view.up && c.view.admin == Admin::kReady) bits |= uint64_t{1} << c.index;
   }
   checked.bits->store(bits, std::memory_order_release);
 }
@@ -163,12 +200,13 @@ void HealthChecker::Run() {
       std::lock_guard lock(mu_);
       const Clock::time_point now = Clock::now();
       for (auto& r : rules_) {
+        if (r->rule.check_ms == 0) continue;  // several backends, no checks: the admin states only
         const auto timeout = CheckTimeout(r->rule);
         for (Check& c : r->backends) {
           if (c.fd && now - c.started >= timeout) {
             End(c, false, "no answer in " + std::to_string(timeout.count()) + " ms", now);
           }
-          if (!c.fd && now >= c.next) Begin(c, now);
+          if (!c.fd && now >= c.next && c.view.admin != Admin::kMaint) Begin(c, now);
           const Clock::time_point due = c.fd ? c.started + timeout : c.next;
           const auto ms = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
           wait_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, wait_ms));

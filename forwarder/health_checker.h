@@ -25,11 +25,18 @@ namespace xdpfwd {
 
 class HealthChecker {
  public:
+  // An operator's say over one backend (`set backend`): ready takes new connections; drain
+  // and maint take none (open ones carry on), and maint also stops its checks.
+  enum class Admin : uint8_t { kReady, kDrain, kMaint };
+  static const char* AdminName(Admin a);
+
   // What `show backends` shows of one backend.
   struct BackendView {
     uint32_t rule_id = 0;
     std::string backend;  // "10.0.0.2:9001"
-    bool up = true;
+    Admin admin = Admin::kReady;
+    bool checked = false;  // the rule has [check=]
+    bool up = true;        // the checks' verdict (up when unchecked)
     uint64_t checks = 0, failures = 0;
     std::string last_error;  // of the last failed check
   };
@@ -40,10 +47,13 @@ class HealthChecker {
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
 
-  // Checks the rules of `rules` that ask for it from now on (a reload): a rule kept by id keeps
-  // its backends' state, a new one starts with every backend up, a removed one's board entry
-  // goes. Call before the paths serve `rules`, so that their pickers find the entries.
+  // The rules with several backends or with checks from now on (a reload): a rule kept by id
+  // keeps its backends' state, a new one starts with every backend up and ready, a removed
+  // one's board entry goes. Call before the paths serve `rules`, so that their pickers find
+  // the entries.
   void SetRules(const std::vector<Rule>& rules);
+  // `set backend RULE ADDR:PORT ready|drain|maint`; an error names what is not there.
+  Result<void> SetAdmin(uint32_t rule_id, const std::string& backend, Admin admin);
   std::vector<BackendView> View() const;
 
  private:

@@ -443,6 +443,12 @@ std::vector<HealthChecker::BackendView> Service::CheckedBackends() const {
   return checker_ ? checker_->View() : std::vector<HealthChecker::BackendView>{};
 }
 
+Result<void> Service::SetBackendAdmin(uint32_t rule_id, const std::string& backend,
+                                      HealthChecker::Admin admin) {
+  if (!checker_) return Error{{}, "stopped"};
+  return checker_->SetAdmin(rule_id, backend, admin);
+}
+
 uint64_t Service::OpenConnections() const {
   uint64_t n = 0;
   if (fast_) n += fast_->Snapshot().connections;

@@ -62,6 +62,9 @@ class Service {
   static constexpr uint64_t kKernelSessionBit = uint64_t{1} << 47;
   // `show backends`: each checked backend's verdict and counts (rules with [check=]).
   std::vector<HealthChecker::BackendView> CheckedBackends() const;
+  // `set backend RULE ADDR:PORT ready|drain|maint`.
+  Result<void> SetBackendAdmin(uint32_t rule_id, const std::string& backend,
+                               HealthChecker::Admin admin);
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added

@@ -89,6 +89,8 @@ class BackendsTest : public ::testing::TestWithParam<const char*> {
   std::string Ask() {
     try {
       UniqueFd c = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+      const timeval limit{5, 0};  // a backend that never answers fails the ask, not the run
+      setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
       std::string got;
       char buf[64];
       for (ssize_t n; (n = recv(c.get(), buf, sizeof buf, 0)) > 0;) got.append(buf, n);
@@ -174,7 +176,8 @@ TEST_P(BackendsTest, ActiveChecksLeaveADeadBackendOutBeforeAnyClient) {
   };
   ASSERT_TRUE(said(":" + std::to_string(kFirstBackendPort + 1) + " is down")) << fwd->output();
   const std::string down = fwd->Control("show backends");
-  EXPECT_NE(down.find(":" + std::to_string(kFirstBackendPort + 1) + ",down,"), std::string::npos)
+  EXPECT_NE(down.find(":" + std::to_string(kFirstBackendPort + 1) + ",ready,down,"),
+            std::string::npos)
       << down;
   std::map<std::string, int> answers;
   for (int i = 0; i < 100; ++i) ++answers[Ask()];
@@ -189,6 +192,59 @@ TEST_P(BackendsTest, ActiveChecksLeaveADeadBackendOutBeforeAnyClient) {
   for (int i = 0; i < 100; ++i) ++answers[Ask()];
   EXPECT_EQ(answers[""], 0);
   EXPECT_NEAR(answers["b"], 50, 5);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// `set backend RULE ADDR:PORT drain` on the control socket: new clients go to the other
+// backend while a connection already open on the drained one carries on; `ready` brings it
+// back into the picks. A rule without checks is listed as unchecked.
+TEST_P(BackendsTest, DrainTakesABackendOutOfNewConnectionsOnly) {
+  const std::string server = ToString(topo_.server_addr());
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kFirstBackendPort + 1);
+  NamedBackend a(topo_, kFirstBackendPort, "a");
+  const std::string config = WriteConfig("", {""});
+  // One kernel-path thread (one picker), as the fast path has one worker here: round robin
+  // sends the first client to a, the second to b (held open there).
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config,
+                                          std::string(GetParam()) == "kernel"
+                                              ? std::vector<std::string>{"--threads", "1"}
+                                              : std::vector<std::string>{});
+  const std::string b = server + ":" + std::to_string(kFirstBackendPort + 1);
+  EXPECT_EQ(Ask(), "a");
+  UniqueFd held = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+  UniqueFd held_backend(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(held_backend) << "the second client did not reach backend b";
+  const std::string listed = fwd->Control("show backends");
+  EXPECT_NE(listed.find("0," + b + ",ready,unchecked,"), std::string::npos) << listed;
+
+  const std::string drained = fwd->Control("set backend 0 " + b + " drain");
+  EXPECT_EQ(drained.rfind("backend " + b + " of rule 0: drain\n", 0), 0u) << drained;
+  std::map<std::string, int> answers;
+  for (int i = 0; i < 20; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers["a"], 20) << "a drained backend took new connections";
+  // The open connection through b still carries bytes both ways.
+  ASSERT_EQ(send(held.get(), "x", 1, 0), 1);
+  char byte = 0;
+  ASSERT_EQ(recv(held_backend.get(), &byte, 1, 0), 1);
+  ASSERT_EQ(send(held_backend.get(), "y", 1, 0), 1);
+  ASSERT_EQ(recv(held.get(), &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'y');
+  EXPECT_NE(fwd->Control("show backends").find(b + ",drain,"), std::string::npos);
+
+  EXPECT_NE(fwd->Control("set backend 0 10.9.9.9:1 drain").find("error: rule 0 has no backend"),
+            std::string::npos);
+  EXPECT_NE(fwd->Control("set backend 0 " + b + " sleep").find("error: expected"),
+            std::string::npos);
+  fwd->Control("set backend 0 " + b + " ready");
+  // Round robin reaches b again within two new clients.
+  std::vector<UniqueFd> clients;
+  bool b_again = false;
+  for (int i = 0; i < 2 && !b_again; ++i) {
+    clients.push_back(TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort));
+    pollfd p{listener.get(), POLLIN, 0};
+    b_again = poll(&p, 1, 500) == 1;
+  }
+  EXPECT_TRUE(b_again) << "b took no connection after ready";
   EXPECT_EQ(fwd->Stop(), 0);
 }
 
