@@ -21,15 +21,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A listener on 127.0.0.1 at a port the kernel picks.
-struct Listener {
-  Listener() {
+// A port on 127.0.0.1 the kernel picks: listened on, or only bound (connects to it are then
+// refused, as to a backend that is down).
+struct LoopbackPort {
+  explicit LoopbackPort(bool listening) {
     fd.reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(listen(fd.get(), 64), 0);
+    if (listening) {
+      EXPECT_EQ(listen(fd.get(), 64), 0);
+    }
     socklen_t len = sizeof a;
     getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
     port = ntohs(a.sin_port);
@@ -37,21 +40,11 @@ struct Listener {
   UniqueFd fd;
   uint16_t port = 0;
 };
-
-// A loopback port nobody listens on (bound, never listened: connects to it are refused).
-struct Refuser {
-  Refuser() {
-    fd.reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
-  UniqueFd fd;
-  uint16_t port = 0;
+struct Listener : LoopbackPort {
+  Listener() : LoopbackPort(true) {}
+};
+struct Refuser : LoopbackPort {
+  Refuser() : LoopbackPort(false) {}
 };
 
 Rule CheckedRule(uint32_t id, uint16_t first, uint16_t second) {
