@@ -462,20 +462,21 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
 
+  // The backend first: from here on Finish gives the pick back (least connections' counts).
+  // Every backend marked down: try them anyway (the marks are a guess, the handshake is not);
+  // with nothing tried yet, that pick always finds one.
+  uint8_t address[16];
+  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
+  auto pick = backends.picker.Pick(backends.Up(NowMs()), 0, {address, n});
+  if (!pick) pick = backends.picker.Pick(~uint64_t{0}, 0, {address, n});
+  c.backend_index = pick.value_or(0);
+  backends.picker.Opened(c.backend_index);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.client.fd.get(), &ev) != 0) {
     return Finish(c, End::kError);
   }
-  uint8_t address[16];
-  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
-  // Every backend marked down: try them anyway (the marks are a guess, the handshake is not).
-  auto pick = backends.picker.Pick(backends.Up(NowMs()), 0, {address, n});
-  if (!pick) pick = backends.picker.Pick(~uint64_t{0}, 0, {address, n});
-  if (!pick) return Finish(c, End::kBackendError);
-  c.backend_index = *pick;
-  backends.picker.Opened(c.backend_index);
   OpenBackend(c);
 }
 
