@@ -310,15 +310,30 @@ std::optional<BalanceMethod> ParseBalanceMethod(const std::string& text) {
 Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   return ForEachOption(
       w, where,
-      "timeout=N, src=ADDRESS, proxy=v1|v2, balance=METHOD, weight=N, check=DURATION, fall=N, "
-      "rise=N",
+      "timeout=N, src=ADDRESS, proxy=v1|v2, accept-proxy, accept-proxy-timeout=DURATION, "
+      "balance=METHOD, weight=N, check=DURATION, fall=N, rise=N",
       [&](const Option& o) -> Result<void> {
         if (o.key != "timeout" && o.key != "src" && o.key != "proxy" && o.key != "balance" &&
-            o.key != "weight" && o.key != "check" && o.key != "fall" && o.key != "rise") {
+            o.key != "weight" && o.key != "check" && o.key != "fall" && o.key != "rise" &&
+            o.key != "accept-proxy" && o.key != "accept-proxy-timeout") {
           return where.At(o.key_column,
-                          "expected an option name (timeout, src, proxy, balance, weight, "
-                          "check, fall, rise), found " +
+                          "expected an option name (timeout, src, proxy, accept-proxy, "
+                          "accept-proxy-timeout, balance, weight, check, fall, rise), found " +
                               Quote(o.key));
+        }
+        if (o.key == "accept-proxy") {
+          if (o.value) {
+            return where.At(o.value_column,
+                            "accept-proxy takes no value (who may send the header is said by "
+                            "`proxy-from PATTERN` lines after the rule)");
+          }
+          if (!rule.is_stream()) {
+            return where.At(o.key_column,
+                            "accept-proxy reads a PROXY protocol header on TCP rules (TCP on "
+                            "both sides); this rule has UDP on a side");
+          }
+          rule.accept_proxy.enabled = true;
+          return {};
         }
         if (!o.value) return NeedsValue(o, where);
         const std::string& value = *o.value;
@@ -330,6 +345,15 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
                 "expected a number of seconds (1 or more) for timeout, found " + Quote(value));
           }
           rule.udp_timeout_s = *seconds;
+        } else if (o.key == "accept-proxy-timeout") {
+          auto timeout = ParseDuration(value);
+          if (!timeout || timeout->count() < 10 || timeout->count() > 3'600'000) {
+            return where.At(o.value_column,
+                            "expected a time from 10ms to 1h (e.g. 3s, 500ms) for "
+                            "accept-proxy-timeout, found " +
+                                Quote(value));
+          }
+          rule.accept_proxy.timeout_ms = static_cast<uint32_t>(timeout->count());
         } else if (o.key == "proxy") {
           if (value != "v1" && value != "v2") {
             return where.At(o.value_column,
@@ -544,6 +568,19 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source_na
       if (auto p = CheckPattern(words[1], where); !p) return p.error();
       AccessPattern pattern{key == "allow", words[1].text, line_no};
       (config.rules.empty() ? config.access : config.rules.back().access).push_back(pattern);
+    } else if (key == "proxy-from") {
+      if (auto c = expect_count(2, "an address pattern after proxy-from"); !c) return c.error();
+      if (config.rules.empty() || !config.rules.back().accept_proxy.enabled) {
+        return where.At(words[0].column,
+                        "a proxy-from line names who may send PROXY headers to the rule above "
+                        "it, which needs [accept-proxy]" +
+                            std::string(config.rules.empty()
+                                            ? "; no rule comes before this one"
+                                            : " (line " + std::to_string(config.rules.back().line) +
+                                                  " has none)"));
+      }
+      if (auto p = CheckPattern(words[1], where); !p) return p.error();
+      config.rules.back().accept_proxy.from.push_back(AccessPattern{true, words[1].text, line_no});
     } else if (key == "logfile" || key == "pidlogfile") {
       if (auto c = expect_count(2, "a file name"); !c) return c.error();
       (key == "logfile" ? config.logfile : config.pidfile) = Unquote(words[1].text);
@@ -571,6 +608,15 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source_na
       rule->id = static_cast<uint32_t>(config.rules.size());
       rule->line = line_no;
       config.rules.push_back(std::move(*rule));
+    }
+  }
+  for (const Rule& r : config.rules) {
+    if (r.accept_proxy.enabled && r.accept_proxy.from.empty()) {
+      return Error{{},
+                   source_name + ":" + std::to_string(r.line) +
+                       ":1: the rule takes [accept-proxy] but no `proxy-from PATTERN` line "
+                       "after it says who may send the header (`proxy-from *` trusts "
+                       "every client)"};
     }
   }
   if (config.rules.empty()) {
@@ -643,6 +689,12 @@ std::string DescribeConfig(const Config& config) {
     if (r.proxy != ProxyVersion::kNone) {
       out << "  PROXY protocol " << ProxyVersionName(r.proxy)
           << " header first on every backend connection\n";
+    }
+    if (r.accept_proxy.enabled) {
+      out << "  PROXY protocol header (v1 or v2) read first from every client, within "
+          << r.accept_proxy.timeout_ms << " ms, from";
+      for (const AccessPattern& p : r.accept_proxy.from) out << " " << p.pattern;
+      out << "\n";
     }
     access_lines(r.access, "  ");
   }

@@ -148,6 +148,7 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.backend = w.backend;
     rr.access = w.access;
     rr.proxy = w.proxy;
+    rr.accept_proxy = w.accept_proxy;
     rr.backend_weight = w.backend_weight;
     rr.more_backends = w.more_backends;
     rr.balance = w.balance;

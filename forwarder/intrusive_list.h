@@ -43,6 +43,30 @@ class IntrusiveList {
     ++size_;
   }
 
+  // Inserts `item` behind the last element it does not come before (`before(a, b)`: a goes
+  // ahead of b), searching from the back: O(1) where it belongs at the back, as deadlines of one
+  // timeout do; a list of deadlines of several timeouts stays in deadline order.
+  template <typename Before>
+  void InsertOrdered(T& item, Before before) {
+    T* after = tail_;
+    while (after != nullptr && before(item, *after)) after = HookOf(*after).prev;
+    ListHook<T, Tag>& h = HookOf(item);
+    h.prev = after;
+    h.next = after != nullptr ? HookOf(*after).next : head_;
+    h.linked = true;
+    if (h.next != nullptr) {
+      HookOf(*h.next).prev = &item;
+    } else {
+      tail_ = &item;
+    }
+    if (after != nullptr) {
+      HookOf(*after).next = &item;
+    } else {
+      head_ = &item;
+    }
+    ++size_;
+  }
+
   // Does nothing if `item` is on no list of this kind.
   void Remove(T& item) {
     ListHook<T, Tag>& h = HookOf(item);

@@ -120,7 +120,7 @@ class WorkerTrace {
       }
     }
     if (r.kind == static_cast<uint16_t>(RecorderEvent::kConnectionEnd) &&
-        r.args[0] <= static_cast<uint32_t>(SessionResult::kShutdown)) {
+        r.args[0] <= static_cast<uint32_t>(SessionResult::kProxyRefused)) {
       details.annotations.push_back(
           {"reason_name", std::string(SessionResultName(static_cast<SessionResult>(r.args[0])))});
     }

@@ -42,6 +42,7 @@ struct RelayRule : FlowRoute {
   Endpoint listen;
   std::vector<AccessPattern> access;         // the rule's own allow/deny lines (forwarder/access.h)
   ProxyVersion proxy = ProxyVersion::kNone;  // a PROXY header first toward the backend
+  AcceptProxy accept_proxy;                  // a PROXY header first from the client
   // Several backends: FlowRoute::backend is the first (its weight here), then these; each
   // connection takes one (forwarder/balance.h) and fails over to another if its handshake
   // fails.

@@ -56,6 +56,15 @@ struct AccessPattern {
   int line = 0;
 };
 
+// [accept-proxy]: every client connection of the rule starts with a PROXY header (v1 or v2)
+// naming the client behind the proxy that sent it, read within `timeout_ms`, and only from the
+// addresses of the `proxy-from` lines after the rule (docs/configuration.md).
+struct AcceptProxy {
+  bool enabled = false;
+  uint32_t timeout_ms = 3000;
+  std::vector<AccessPattern> from;  // `proxy-from PATTERN` lines (allow is true in each)
+};
+
 // rinetd's UDP association idle limit when a rule has no [timeout=N] (rinetd.8).
 inline constexpr uint32_t kDefaultUdpTimeoutS = 72;
 
@@ -93,6 +102,7 @@ struct Rule {
   uint32_t check_rise = 2;
   // [proxy=v1|v2]: a PROXY protocol header first on every backend connection (TCP backends).
   ProxyVersion proxy = ProxyVersion::kNone;
+  AcceptProxy accept_proxy;
   // allow/deny lines after this rule and before the next: the rule's own access list.
   std::vector<AccessPattern> access;
 

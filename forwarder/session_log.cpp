@@ -54,6 +54,8 @@ std::string_view SessionResultName(SessionResult result) {
       return "done-stall-timeout";
     case SessionResult::kShutdown:
       return "done-shutdown";
+    case SessionResult::kProxyRefused:
+      return "proxy-refused";
   }
   return "unknown-error";
 }

@@ -39,6 +39,9 @@ enum class SessionResult : uint8_t {
   kIdleTimeout,   // "done-idle-timeout": --idle-timeout reset both legs
   kStallTimeout,  // "done-stall-timeout": a peer took no bytes for --stall-timeout
   kShutdown,      // "done-shutdown": xdpfwd stopped (or drained past its limit) and reset it
+  // "proxy-refused": [accept-proxy] reset it before any backend leg: not from a proxy-from
+  // address, a malformed header, or none within accept-proxy-timeout.
+  kProxyRefused,
 };
 std::string_view SessionResultName(SessionResult result);
 

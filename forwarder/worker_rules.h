@@ -31,6 +31,7 @@ struct WorkerRule {
   std::vector<in_addr> sources;       // local addresses of backend legs, used in turn
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
+  AcceptProxy accept_proxy;
   // Several backends: `backend` first, with this weight, then these (forwarder/relay.h).
   uint32_t backend_weight = 1;
   std::vector<RelayBackend> more_backends;

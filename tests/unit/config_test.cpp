@@ -132,7 +132,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "connectaddress connectport [options]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
        "rinetd.conf:1:29: expected options in brackets (timeout=N, src=ADDRESS, proxy=v1|v2, "
-       "balance=METHOD, weight=N, check=DURATION, fall=N, rise=N) or the end of the line, found "
+       "accept-proxy, accept-proxy-timeout=DURATION, balance=METHOD, weight=N, check=DURATION, "
+       "fall=N, rise=N) or the end of the line, found "
        "'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
@@ -154,8 +155,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=0]\n",
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
-       "rinetd.conf:1:30: expected an option name (timeout, src, proxy, balance, weight, check, "
-       "fall, rise), found 'speed'"},
+       "rinetd.conf:1:30: expected an option name (timeout, src, proxy, accept-proxy, "
+       "accept-proxy-timeout, balance, weight, check, fall, rise), found 'speed'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [balance=random]\n",
        "rinetd.conf:1:38: expected roundrobin, leastconn or source for balance, found 'random'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [check=5ms]\n",
@@ -237,6 +238,57 @@ TEST(Config, ProxyOptionSendsTheHeaderVersionGiven) {
   EXPECT_NE(understood.find("PROXY protocol v2 header first on every backend connection"),
             std::string::npos)
       << understood;
+}
+
+// [accept-proxy] with the `proxy-from` lines after the rule that say who may send the header;
+// without them the file is refused, and a proxy-from line needs such a rule above it.
+TEST(Config, AcceptProxyReadsTheHeaderFromTheSourcesOfProxyFromLines) {
+  const Config c = Parsed(
+      "10.0.1.1 9000 10.0.0.2 9001 [accept-proxy, accept-proxy-timeout=500ms, proxy=v2]\n"
+      "proxy-from 10.0.2.*\n"
+      "allow 192.0.2.*\n"
+      "proxy-from 10.0.3.1\n"
+      "10.0.1.1 9001 10.0.0.2 9001\n");
+  ASSERT_EQ(c.rules.size(), 2u);
+  const Rule& r = c.rules[0];
+  EXPECT_TRUE(r.accept_proxy.enabled);
+  EXPECT_EQ(r.accept_proxy.timeout_ms, 500u);
+  EXPECT_EQ(r.proxy, ProxyVersion::kV2);
+  ASSERT_EQ(r.accept_proxy.from.size(), 2u);
+  EXPECT_EQ(r.accept_proxy.from[0].pattern, "10.0.2.*");
+  EXPECT_EQ(r.accept_proxy.from[1].line, 4);
+  ASSERT_EQ(r.access.size(), 1u);  // allow lines stay the rule's access list
+  EXPECT_FALSE(c.rules[1].accept_proxy.enabled);
+  EXPECT_EQ(c.rules[1].accept_proxy.timeout_ms, 3000u);  // the default
+  const std::string understood = DescribeConfig(c);
+  EXPECT_NE(understood.find("read first from every client, within 500 ms, from 10.0.2.* 10.0.3.1"),
+            std::string::npos)
+      << understood;
+
+  EXPECT_EQ(ErrorOf("10.0.1.1 9000 10.0.0.2 9001 [accept-proxy]\n"),
+            "rinetd.conf:1:1: the rule takes [accept-proxy] but no `proxy-from PATTERN` line after "
+            "it says who may send the header (`proxy-from *` trusts every client)");
+  EXPECT_EQ(ErrorOf("10.0.1.1 9000 10.0.0.2 9001\nproxy-from 10.*\n"),
+            "rinetd.conf:2:1: a proxy-from line names who may send PROXY headers to the rule above "
+            "it, which needs [accept-proxy] (line 1 has none)");
+  EXPECT_EQ(ErrorOf("proxy-from 10.*\n"),
+            "rinetd.conf:1:1: a proxy-from line names who may send PROXY headers to the rule above "
+            "it, which needs [accept-proxy]; no rule comes before this one");
+  EXPECT_EQ(ErrorOf("10.0.1.1 9000 10.0.0.2 9001 [accept-proxy=yes]\nproxy-from *\n"),
+            "rinetd.conf:1:43: accept-proxy takes no value (who may send the header is said by "
+            "`proxy-from PATTERN` lines after the rule)");
+  EXPECT_EQ(ErrorOf("10.0.1.1 9000 10.0.0.2 9001 [accept-proxy, accept-proxy-timeout=5ms]\n"
+                    "proxy-from *\n"),
+            "rinetd.conf:1:65: expected a time from 10ms to 1h (e.g. 3s, 500ms) for "
+            "accept-proxy-timeout, found '5ms'");
+  EXPECT_EQ(
+      ErrorOf("10.0.1.1 9000/udp 10.0.0.2 9001/udp [accept-proxy]\n"),
+      "rinetd.conf:1:38: accept-proxy reads a PROXY protocol header on TCP rules (TCP on both "
+      "sides); this rule has UDP on a side");
+  EXPECT_EQ(
+      ErrorOf("10.0.1.1 9000 10.0.0.2 9001 [accept-proxy]\nproxy-from proxy.example\n"),
+      "rinetd.conf:2:12: expected an address pattern (digits, hex digits, '.', ':', '*', '?'; "
+      "host names are not matched), found 'proxy.example'");
 }
 
 // `backend` lines add backends to the rule above them (weights, backups), and the rule's own

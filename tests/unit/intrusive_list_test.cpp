@@ -51,6 +51,26 @@ TEST(IntrusiveList, KeepsOrderThroughMovesAndRemovals) {
   by_age.Remove(items[3]);
 }
 
+// Deadlines of two timeouts: each element goes behind the last one due no later than it, so the
+// front is always the earliest deadline; the backward walk from the tail also reaches the front.
+TEST(IntrusiveList, InsertOrderedKeepsDeadlineOrder) {
+  std::vector<Item> items(6);
+  const int due[] = {30, 50, 10, 50, 60, 5};
+  for (int k = 0; k < 6; ++k) items[k].id = due[k];
+  IntrusiveList<Item, ByAge> by_due;
+  auto before = [](const Item& a, const Item& b) { return a.id < b.id; };
+  for (Item& i : items) by_due.InsertOrdered(i, before);
+  EXPECT_EQ(Ids(by_due), (std::vector<int>{5, 10, 30, 50, 50, 60}));
+  EXPECT_EQ(by_due.size(), 6u);
+  by_due.Remove(items[4]);  // the back, which InsertOrdered set
+  by_due.Remove(items[5]);  // the front, which InsertOrdered set
+  EXPECT_EQ(Ids(by_due), (std::vector<int>{10, 30, 50, 50}));
+  by_due.PushBack(items[4]);
+  EXPECT_EQ(Ids(by_due), (std::vector<int>{10, 30, 50, 50, 60}));
+  for (Item& i : items) by_due.Remove(i);
+  EXPECT_TRUE(by_due.empty());
+}
+
 TEST(IntrusiveList, AnElementIsOnEachKindOfListIndependently) {
   std::vector<Item> items(3);
   for (int k = 0; k < 3; ++k) items[k].id = k;
