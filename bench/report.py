@@ -42,6 +42,8 @@ def log(msg):
 
 
 def fmt_value(v):
+    if isinstance(v, dict) and "deaths" in v:
+        return churn_text(v)
     if isinstance(v, dict) and "latency_us" in v:
         lat = v["latency_us"]
         rate = v.get("exchanges_per_sec", v.get("connections_per_sec", 0))
@@ -282,6 +284,7 @@ def markdown(results, configs, meta):
         out += proxy_table(mtu, by_cfg, shown)
         out += recorder_table(mtu, by_cfg, shown)
         out += watched_table(mtu, by_cfg, shown)
+        out += churn_table(mtu, by_cfg, shown)
         out += ["", f"Idle connections, MTU {mtu}: each proven by a 32-byte exchange when opened "
                 "and again before closing; memory per connection = the forwarder's PSS growth + "
                 "the kernel memory it added beyond direct routing's (client and server sockets), "
@@ -771,8 +774,137 @@ def target_rows(results):
         rows += access_log_targets(mtu, by)
         rows += proxy_targets(mtu, by)
         rows += recorder_targets(mtu, by)
+        rows += churn_targets(mtu, by)
     mtus = list(results)
     rows.sort(key=lambda t: mtus.index(t[0]))
+    return rows
+
+
+# --- the churn rows (#30: failover) ------------------------------------------------------------
+
+# Passive health's `fall` (forwarder/backend_health.h, PassiveHealth::kFall): failed handshakes
+# in a row that leave a backend out of the picks. The target: at most this many per death.
+CHURN_FALL = 3
+
+
+def churn_served_text(c):
+    """Connections each backend served in a churn row; the killed one per life."""
+    parts = []
+    for b in c["backends"]:
+        lives = b["lives"]
+        counts = ["?" if x["connections"] is None else f"{x['connections']:,}" for x in lives]
+        if len(lives) == 1:
+            parts.append(f"{b['port']}: {counts[0]}")
+        else:
+            parts.append(f"{b['port']}: {' / '.join(counts)} ({len(lives)} lives)")
+    return "; ".join(parts)
+
+
+def churn_deaths_text(c):
+    """"3+1, 4+0": each death's failed handshakes soon after the kill + in the rest of it."""
+    return ", ".join(f"{d['at_kill']['failed_handshakes']}+"
+                     f"{d['rest_of_death']['failed_handshakes']}" for d in c["per_death"])
+
+
+def churn_text(c):
+    """A churn row (bench/run's Bench.churn) in words."""
+    k = c["counters"]
+    per = c["failed_handshakes_per_death"]
+    return (f"{c['connections']:,} connections, {c['failed']:,} failed {c['errors']}, "
+            f"{cell(c['connections_per_sec'], 0)}/s; {c['deaths']} deaths; failed handshakes "
+            f"{c['failed_handshakes']:,} ({cell(per, 1)} per death: failovers "
+            f"{k['backend_failovers']:,}, refused {k['backend_refused']:,}, timed out "
+            f"{k['backend_timeout']:,}; per death after the kill + later: "
+            f"{churn_deaths_text(c)}), marked down {k['backends_marked_down']:,}, backend resets "
+            f"{k['backend_reset']:,} ({c['resets_at_kills']:,} at the kills); served "
+            f"{churn_served_text(c)}")
+
+
+def churn_table(mtu, by_cfg, shown):
+    """Markdown lines: the churn rows (bench/run's xdpfwd-*-churn), one per path."""
+    rows = [c for c in shown if c.measures("churn")]
+    if not rows:
+        return []
+    first = next((by_cfg[c.name]["churn"] for c in rows if "churn" in by_cfg[c.name]), None)
+    what = ("" if first is None else
+            f" {first['seconds']} s of connection rate ({first['concurrency']} at a time, the "
+            f"server closing first) while the third backend is killed (SIGKILL) after each "
+            f"{first['up_s']:g} s up and started again after {first['down_s']:g} s down; rule "
+            f"options: {first['rule_options'] or 'none (passive health only)'}")
+    settle = f"{first['settle_s']:g}" if first else "0.5"
+    out = ["", f"Backend churn, MTU {mtu} (#30, failover): one rule with three backends "
+           f"(`backend` lines),{what}. Failed handshakes: xdpfwd's own count of backend "
+           "handshakes that failed (`backend_failovers`, retried on another backend, plus "
+           "`backend_refused` and `backend_timeout`, which ended the client's connection); "
+           f"target: no client connection fails, at most {CHURN_FALL} (passive health's "
+           "`fall`) failed handshakes per death. Per death: the failed handshakes in the first "
+           f"{settle} s after the kill + in the rest of the death (passive health leaves a "
+           "backend out for 2 s, then a connection tries it again). Backend resets: "
+           "connections whose backend leg was open when it reset, at the kills / at other "
+           "times (a kill resets what the killed server had accepted or was accepting: no "
+           "forwarder can move those). Served: each backend's connections by its own count "
+           "(the killed one per life: up to its last report, at most 0.1 s before it was "
+           "killed, then its summary).", "",
+           "| configuration | connections | failed | connections/s | deaths | failed handshakes "
+           "(per death) | per death: after the kill + later | failovers / refused / timed out "
+           "| marked down | backend resets at the kills / other times | served per backend |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        r = by_cfg[c.name]
+        ch = r.get("churn")
+        if not ch:
+            why = r.get("errors", {}).get("churn") or r.get("errors", {}).get("start")
+            out.append(f"| {c.label} | **{'FAILED' if why else 'not measured'}** |" +
+                       " — |" * 9)
+            continue
+        k = ch["counters"]
+        per = ch["failed_handshakes_per_death"]
+        per_cell = cell(per, 1)
+        if per is not None and per > CHURN_FALL:
+            per_cell = f"**{per_cell}**"
+        kinds = ", ".join(f"{e} {n:,}" for e, n in ch["errors"].items() if n)
+        failed = f"**{ch['failed']:,}** ({kinds})" if ch["failed"] else "0"
+        deaths = churn_deaths_text(ch)
+        at_kills = ch["resets_at_kills"]
+        out.append(f"| {c.label} | {ch['connections']:,} | {failed} | "
+                   f"{cell(ch['connections_per_sec'], 0)} | {ch['deaths']} | "
+                   f"{ch['failed_handshakes']:,} ({per_cell}) | {deaths or '—'} | "
+                   f"{k['backend_failovers']:,} / {k['backend_refused']:,} / "
+                   f"{k['backend_timeout']:,} | {k['backends_marked_down']:,} | "
+                   f"{at_kills:,} / {k['backend_reset'] - at_kills:,} | "
+                   f"{churn_served_text(ch)} |")
+    return out
+
+
+def churn_targets(mtu, by):
+    """Target rows for each churn row: no client connection failed, at most CHURN_FALL failed
+    handshakes per death, and the killed backend served again after every restart."""
+    rows = []
+    for name, r in by.items():
+        if "churn" not in r and "churn" not in r.get("errors", {}):
+            continue
+        c = r.get("churn")
+        row_failed = f"{name}: 0 failed client connections while 1 of 3 backends dies and restarts"
+        row_fall = (f"{name}: ≤ {CHURN_FALL} (fall) failed backend handshakes per death, "
+                    "xdpfwd's count")
+        row_back = f"{name}: the killed backend serves again after each restart"
+        if not c:
+            rows += [(mtu, row, "not measured", None) for row in (row_failed, row_fall, row_back)]
+            continue
+        why = (f" (xdpfwd: {c['resets_at_kills']:,} backend legs reset at the kills, open on "
+               "the killed backend)" if c["failed"] else "")
+        rows.append((mtu, row_failed, f"{c['failed']:,} of {c['connections']:,}{why}",
+                     c["failed"] == 0))
+        per = c["failed_handshakes_per_death"]
+        if per is None:
+            rows.append((mtu, row_fall, "no death", None))
+        else:
+            rows.append((mtu, row_fall, f"{c['failed_handshakes']:,} in {c['deaths']} deaths "
+                         f"= {per:.1f}", per <= CHURN_FALL))
+        restarts = c["backends"][-1]["lives"][1:]
+        counts = [x["connections"] for x in restarts]
+        rows.append((mtu, row_back, ", ".join("?" if n is None else f"{n:,}" for n in counts) or
+                     "no restart", None if not counts or None in counts else all(counts)))
     return rows
 
 

@@ -23,7 +23,7 @@ const std::vector<ModeSpec>& Modes() {
       {Mode::kServe,
        "serve",
        {"--listen", "--request", "--response"},
-       {"--close-after-response", "--reuseport", "--accept-proxy", "--cpu"}},
+       {"--close-after-response", "--reuseport", "--accept-proxy", "--report-every", "--cpu"}},
       {Mode::kRequestResponse,
        "rr",
        {"--connect", "--connections", "--request", "--response", "--seconds"},
@@ -90,6 +90,8 @@ const char* Usage() {
          "        --reuseport lets several servers share the port (SO_REUSEPORT);\n"
          "        --accept-proxy reads and checks a PROXY protocol header (v1 or v2) first on\n"
          "        each connection and closes one without a valid header (errors.proxy);\n"
+         "        [--report-every S] prints {\"event\":\"progress\",...} (connections and\n"
+         "        exchanges so far) every S seconds, for a server that will be killed;\n"
          "        summary on SIGINT/SIGTERM\n"
          "  rr    --connect ADDR:PORT --connections N --request B --response B --seconds S\n"
          "        [--warmup S] closed-loop request/response on N connections\n"
@@ -195,6 +197,8 @@ Result<Options> ParseArgs(const std::vector<std::string>& args) {
       ok = seconds(o.warmup, true);
     } else if (a == "--timeout") {
       ok = seconds(o.timeout, false);
+    } else if (a == "--report-every") {
+      ok = seconds(o.report_every, false);
     } else if (a == "--cpu") {
       const long cpus = sysconf(_SC_NPROCESSORS_CONF);
       ok = integer(o.cpu, 0, static_cast<int>(cpus > 0 ? cpus - 1 : 0));

@@ -30,6 +30,7 @@ struct Options {
   bool close_after_response = false;  // serve
   bool reuse_port = false;            // serve: SO_REUSEPORT, several servers on one port
   bool accept_proxy = false;          // serve: a PROXY header (v1 or v2) first on each connection
+  double report_every = 0;            // serve: a progress line this often (0: none)
   CloseOrder close = CloseOrder::kServer;  // rate
   uint64_t max_failures = 0;               // hold: stop opening after this many (0: never)
   int cpu = -1;

@@ -55,13 +55,19 @@ class Server {
       return SystemError("epoll_ctl");
     }
     epoll_event events[256];
+    const uint64_t report_ns = static_cast<uint64_t>(o_.report_every * 1e9);
+    uint64_t next_report = report_ns != 0 ? MonotonicNs() + report_ns : 0;
     for (;;) {
+      const uint64_t now = MonotonicNs();
+      if (next_report != 0 && now >= next_report) {
+        PrintProgress();
+        next_report = now + report_ns;
+      }
       int wait_ms = -1;
-      if (accept_paused_until_ != 0) {
-        const uint64_t now = MonotonicNs();
-        wait_ms = now >= accept_paused_until_
-                      ? 0
-                      : static_cast<int>((accept_paused_until_ - now) / 1'000'000 + 1);
+      for (const uint64_t deadline : {accept_paused_until_, next_report}) {
+        if (deadline == 0) continue;
+        const int ms = now >= deadline ? 0 : static_cast<int>((deadline - now) / 1'000'000 + 1);
+        wait_ms = wait_ms < 0 ? ms : std::min(wait_ms, ms);
       }
       const int n = epoll_wait(epoll_.get(), events, 256, wait_ms);
       if (n < 0 && errno != EINTR) return SystemError("epoll_wait");
@@ -76,6 +82,14 @@ class Server {
       }
       if (accept_paused_until_ != 0 && MonotonicNs() >= accept_paused_until_) ResumeAccept();
     }
+  }
+
+  // --report-every: what it served so far, for a reader that will kill it (SIGKILL leaves no
+  // summary). Not a "mode" line, so a reader of the summary cannot take it for one.
+  void PrintProgress() const {
+    JsonObject j;
+    j.String("event", "progress").Count("connections", accepted_).Count("exchanges", exchanges_);
+    PrintLine(j);
   }
 
   JsonObject Summary(const std::string& listen) const {

@@ -10,8 +10,8 @@
 // 10,000 idle connections held, /metrics and show sess 10 times a second), each in its table
 // against xdpfwd-xdp.
 // And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
-// rounds' ratios. Each run has its own namespaces, interface names and subnets, so it cannot meet
-// another run's.
+// rounds' ratios; and the churn rows (one of three backends killed and restarted), briefly. Each
+// run has its own namespaces, interface names and subnets, so it cannot meet another run's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -329,6 +329,85 @@ TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
           std::filesystem::exists(out / "loss" / round / (std::string(path) + "-loss3.json")))
           << round << " " << path;
     }
+  }
+  std::filesystem::remove_all(out);
+}
+
+// The churn rows, one short death each (`--churn-seconds 6`, 2.5 s up, 1 s down): a row per path
+// with the deaths, xdpfwd's failed handshakes read around the death and the killed backend's
+// connections per life; the targets judged, not "not measured". Client connections open on the
+// killed backend fail with it (a reset at the kill), so the run may exit 1, but for that
+// reason only.
+TEST(BenchmarkSmoke, ChurnRowsKillABackendAndCountWhatItCost) {
+  if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("xdpfwd-churn-" + std::to_string(getpid()));
+  std::filesystem::remove_all(out);
+  const std::string prefix = "xk" + std::to_string(getpid() % 100000);
+  // 198.18.150-199, as the loss rows: these tests run one at a time (RUN_SERIAL).
+  const std::string net = std::to_string(150 + getpid() % 50);
+  ChildProcess run({BENCH_RUNNER,
+                    "--configs",
+                    "xdpfwd-xdp-churn,xdpfwd-kernel-churn",
+                    "--mtu",
+                    "1500",
+                    "--churn-seconds",
+                    "6",
+                    "--churn-up",
+                    "2.5",
+                    "--churn-down",
+                    "1",
+                    "--out",
+                    out.string(),
+                    "--prefix",
+                    prefix,
+                    "--client-net",
+                    "198.18." + net,
+                    "--server-net",
+                    "198.19." + net,
+                    "--xdpfwd",
+                    XDPFWD_BINARY,
+                    "--loadgen",
+                    LOADGEN_BINARY});
+  const auto code = run.Wait(150s);
+  ASSERT_TRUE(code.has_value()) << "two 6 s churn rows took over 150 s:\n" << run.output();
+  const std::string table = ReadFile(out / "results.md");
+  ASSERT_FALSE(table.empty()) << "no results.md:\n" << run.output();
+  for (const std::string path : {"xdp", "kernel"}) {
+    const auto rows = RowsFor(table, "xdpfwd --path " + path + ", a backend killed and restarted");
+    ASSERT_EQ(rows.size(), 1u) << path << " missing from the churn table:\n" << table;
+    const auto cells = Cells(rows[0]);
+    ASSERT_EQ(cells.size(), 11u) << rows[0];
+    EXPECT_GT(std::stol(cells[1].substr(0, cells[1].find(','))), 0) << "connections: " << rows[0];
+    EXPECT_EQ(cells[4], "1") << "deaths: " << rows[0];
+    // Failed handshakes: at least one (the dead backend refused) and as many as the death's
+    // two parts ("N+M").
+    int total = 0, soon = 0, later = 0;
+    ASSERT_EQ(std::sscanf(cells[5].c_str(), "%d", &total), 1) << rows[0];
+    ASSERT_EQ(std::sscanf(cells[6].c_str(), "%d+%d", &soon, &later), 2) << rows[0];
+    EXPECT_GE(total, 1) << rows[0];
+    EXPECT_EQ(total, soon + later) << rows[0];
+    // The killed backend's two lives, each counted, the second (after the restart) serving.
+    EXPECT_NE(cells[10].find("(2 lives)"), std::string::npos) << rows[0];
+    EXPECT_EQ(cells[10].find('?'), std::string::npos) << rows[0];
+    const std::string name = "xdpfwd-" + path + "-churn";
+    for (const std::string& target :
+         {name + ": 0 failed client connections", name + ": ≤ 3 (fall) failed backend handshakes",
+          name + ": the killed backend serves again"}) {
+      const size_t at = table.find(target);
+      ASSERT_NE(at, std::string::npos) << target << " not in the targets:\n" << table;
+      const std::string row = table.substr(at, table.find('\n', at) - at);
+      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+    }
+  }
+  // What may fail the run: client connections reset by the kill, nothing else.
+  const size_t failed = table.find("**Failed measurements:**");
+  if (failed != std::string::npos) {
+    const std::string line = table.substr(failed, table.find('\n', failed) - failed);
+    EXPECT_EQ(Count(line, "client connections failed"), Count(line, " churn: ")) << line;
+    EXPECT_EQ(line.find("served no connection"), std::string::npos) << line;
+  } else {
+    EXPECT_EQ(*code, 0) << run.output();
   }
   std::filesystem::remove_all(out);
 }

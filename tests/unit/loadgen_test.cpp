@@ -88,6 +88,7 @@ class Server {
   }
 
   const std::string& address() const { return address_; }
+  ChildProcess& process() { return *child_; }
   // SIGTERM; its summary line.
   std::string Stop() {
     child_->Signal(SIGTERM);
@@ -144,6 +145,27 @@ TEST(Loadgen, ConnectionRateWithoutErrors) {
   const std::string summary = server.Stop();
   EXPECT_GE(Field(summary, "connections"), connections);
   EXPECT_EQ(Field(summary, "connections"), Field(summary, "exchanges"));
+}
+
+// serve --report-every: progress lines count what it served, so a server killed with SIGKILL
+// (bench/run's churn rows kill a backend) has told what it did before it died.
+TEST(Loadgen, ServeReportsProgressBeforeItIsKilled) {
+  Server server({"--close-after-response", "--report-every", "0.05"});
+  const RunResult rate =
+      Loadgen({"rate", "--connect", server.address(), "--concurrency", "4", "--request", "32",
+               "--response", "32", "--seconds", "0.5", "--warmup", "0"});
+  ASSERT_EQ(rate.status, 0) << rate.output;
+  const auto total = static_cast<uint64_t>(
+      Field(JsonLine(rate.output, "{\"mode\":\"rate\""), "connections_total"));
+  ASSERT_GT(total, 0u);
+  // Every connection the client completed, in a progress line within a few reports.
+  const std::string line = "{\"event\":\"progress\",\"connections\":" + std::to_string(total) +
+                           ",\"exchanges\":" + std::to_string(total) + "}";
+  EXPECT_TRUE(server.process().WaitForLine(line, 5s)) << server.process().output();
+  server.process().Signal(SIGKILL);
+  server.process().Wait(5s);
+  EXPECT_EQ(server.process().output().find("{\"mode\":\"serve\""), std::string::npos)
+      << "a summary from a killed server";
 }
 
 TEST(Loadgen, HoldKeepsConnectionsUntilStdinEnds) {
