@@ -118,6 +118,10 @@ struct Relay::Callbacks {
     Connection& c = *leg->conn;
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
+    if (c.awaiting_header()) {  // only the client leg exists yet
+      r.ReceiveProxyHeader(c, p);
+      return scope.result();
+    }
     Leg& to = c.other(*leg);
     if (p == nullptr) {
       leg->fin_received = true;
@@ -293,7 +297,17 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
     ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
   }
-  if (HasAccessPatterns(config_.global_access, listener.rule->access)) {
+  const bool accept_proxy = listener.rule->accept_proxy.enabled;
+  if (accept_proxy && !ProxyTrusted(*listener.rule, ends.remote)) {
+    RelayCounters::Add(counters_.proxy_untrusted);
+    RelayCounters::Add(listener.rule_counters->proxy_untrusted);
+    RecordSession(*listener.rule, client_flow, SessionResult::kProxyRefused, 0, 0);
+    ledger_.Refuse(*listener.rule, client_flow, now_ms_);
+    tcp_abort(pcb);
+    return ERR_ABRT;
+  }
+  // With [accept-proxy] the allow/deny lines judge the client the header names (relay_proxy.cpp).
+  if (!accept_proxy && HasAccessPatterns(config_.global_access, listener.rule->access)) {
     const AccessVerdict verdict =
         CheckAccess(config_.global_access, listener.rule->access, ClientAddressText(ends.remote));
     if (verdict != AccessVerdict::kAllowed) {
@@ -324,30 +338,57 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   c->client.is_client = true;
   c->client.connected = true;
   c->client.pcb = pcb;
+  if (accept_proxy) {
+    c->origin = std::make_unique<ProxyOrigin>();
+    c->origin->deadline_ms = now_ms_ + listener.rule->accept_proxy.timeout_ms;
+  }
   live_.PushBack(*c);
-  ConnectingOf(*c).PushBack(*c);
-  RelayCounters::Add(counters_.accepted);
-  RelayCounters::Add(counters_.active);
-  RelayCounters::Add(c->rule_counters->accepted);
-  RelayCounters::Add(c->rule_counters->active);
+  if (accept_proxy) {
+    awaiting_.InsertOrdered(*c, [](const Connection& a, const Connection& b) {
+      return a.origin->deadline_ms < b.origin->deadline_ms;
+    });
+  } else {
+    ConnectingOf(*c).PushBack(*c);
+  }
+  if (!accept_proxy) CountAccepted(*c);  // else once its header is read
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
-  PickBackend(*c);  // never fails here: nothing is tried yet, and down marks are only a guess
   c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
   Trace(*c, RecorderEvent::kClientEstablished, c->client, c->rule->id, ends.remote_port);
-  RecordSession(*c->rule, client_flow, SessionResult::kOpened, 0, 0);
   tcp_arg(pcb, &c->client);
   tcp_recv(pcb, Callbacks::Recv);
   tcp_sent(pcb, Callbacks::Sent);
   tcp_err(pcb, Callbacks::Err);
   tcp_nagle_disable(pcb);
-  if (std::atomic<uint64_t>* failed = StartBackend(*c)) Reset(*c, *failed);
+  if (!accept_proxy) OpenBackend(*c);  // else once its header is read
   return scope.result();
+}
+
+void Relay::CountAccepted(Connection& c) {
+  RelayCounters::Add(counters_.accepted);
+  RelayCounters::Add(counters_.active);
+  RelayCounters::Add(c.rule_counters->accepted);
+  RelayCounters::Add(c.rule_counters->active);
+}
+
+// The backend leg of a client connection taken: the access log's "opened", a backend picked,
+// its handshake started.
+void Relay::OpenBackend(Connection& c) {
+  PickBackend(c);  // never fails here: nothing is tried yet, and down marks are only a guess
+  RecordSession(*c.rule, c.flows.client_flow, SessionResult::kOpened, 0, 0, c.origin.get());
+  if (std::atomic<uint64_t>* failed = StartBackend(c)) Reset(c, *failed);
 }
 
 // The PROXY header names the client and the address it connected to (the client leg's ends),
 // queued before any of the client's bytes: they wait in the client leg's backlog until now.
 bool Relay::SendProxyHeader(Connection& c) {
+  if (c.origin != nullptr && c.origin->has_addresses) {  // the client behind the proxy in front
+    const ProxyHeader h =
+        MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.origin->source),
+                        reinterpret_cast<const sockaddr*>(&c.origin->destination));
+    return tcp_write(c.backend.pcb, h.bytes, static_cast<u16_t>(h.size), TCP_WRITE_FLAG_COPY) ==
+           ERR_OK;
+  }
   const lwip_pcb::Endpoints ends = lwip_pcb::EndpointsOf(c.client.pcb);
   sockaddr_in client{}, listen{};
   client.sin_family = listen.sin_family = AF_INET;
@@ -511,14 +552,18 @@ void Relay::MaybeCloseLeg(Connection& c, Leg& leg) {
 }
 
 void Relay::RecordSession(const RelayRule& rule, const FlowTuple& client_flow, SessionResult result,
-                          uint64_t bytes_in, uint64_t bytes_out) {
+                          uint64_t bytes_in, uint64_t bytes_out, const ProxyOrigin* origin) {
   if (config_.sessions == nullptr) return;
   SessionEvent e;
   e.rule_id = rule.id;
-  auto* sin = reinterpret_cast<sockaddr_in*>(&e.client);
-  sin->sin_family = AF_INET;
-  sin->sin_addr = client_flow.saddr;
-  sin->sin_port = htons(client_flow.sport);
+  if (origin != nullptr && origin->has_addresses) {
+    e.client = origin->source;
+  } else {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&e.client);
+    sin->sin_family = AF_INET;
+    sin->sin_addr = client_flow.saddr;
+    sin->sin_port = htons(client_flow.sport);
+  }
   e.bytes_in = bytes_in;
   e.bytes_out = bytes_out;
   e.result = result;
@@ -572,8 +617,15 @@ void Relay::AbortLeg(Leg& leg) {
   if (pcb == in_callback_) in_callback_aborted_ = true;
 }
 
-void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
+void Relay::Reset(Connection& c, std::atomic<uint64_t>& why) {
   if (c.finished) return;
+  // A connection whose PROXY header is not whole is not counted accepted: whatever ends it, it
+  // ends as a refusal (a reset, a timeout, a refused client, or proxy_invalid for the rest).
+  std::atomic<uint64_t>& reason = !c.awaiting_header() || &why == &counters_.proxy_timeout ||
+                                          &why == &counters_.denied ||
+                                          &why == &counters_.not_allowed
+                                      ? why
+                                      : counters_.proxy_invalid;
   RelayCounters::Add(reason);
   RelayCounters::Add(c.rule_counters->Same(counters_, reason));
   const RelayCounters& n = counters_;
@@ -594,6 +646,8 @@ void Relay::Reset(Connection& c, std::atomic<uint64_t>& reason) {
     c.end = SessionResult::kStallTimeout;
   } else if (&reason == &n.shutdown_reset || &reason == &n.admin_shutdown) {
     c.end = SessionResult::kShutdown;
+  } else if (&reason == &n.proxy_invalid || &reason == &n.proxy_timeout) {
+    c.end = SessionResult::kProxyRefused;
   }
   c.end_known = true;
   AbortLeg(c.client);
@@ -608,16 +662,21 @@ void Relay::Finish(Connection& c) {
   c.backend.backlog.FreeAll();
   if (listing_next_ == &c) listing_next_ = live_.Next(c);
   live_.Remove(c);
-  ConnectingOf(c).Remove(c);
-  c.version->picker.Closed(c.backend_index);
+  if (c.awaiting_header()) {
+    awaiting_.Remove(c);  // nothing picked yet, not counted accepted
+  } else {
+    ConnectingOf(c).Remove(c);
+    c.version->picker.Closed(c.backend_index);
+    RelayCounters::Sub(counters_.active);
+    RelayCounters::Sub(c.rule_counters->active);
+  }
   watched_.Remove(c);
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
-  RelayCounters::Sub(counters_.active);
-  RelayCounters::Sub(c.rule_counters->active);
   Trace(c, RecorderEvent::kConnectionEnd, c.client, static_cast<uint32_t>(c.end));
   // Bytes in: received from the client; out: queued toward the client (rinetd's counts).
-  RecordSession(*c.rule, c.flows.client_flow, c.end, c.client.received, c.backend.relayed);
+  RecordSession(*c.rule, c.flows.client_flow, c.end, c.client.received, c.backend.relayed,
+                c.origin.get());
   ledger_.Close(c.flows, now_ms_);
   finished_.push_back(&c);  // freed in Tick: lwIP may still be inside one of its callbacks
 }
@@ -726,6 +785,10 @@ void Relay::Progress(Leg& leg) {
 // proportion to what expired.
 bool Relay::ExpireDeadlines() {
   bool expired = false;
+  while (!awaiting_.empty() && now_ms_ >= awaiting_.front()->origin->deadline_ms) {
+    Reset(*awaiting_.front(), counters_.proxy_timeout);  // unlinks it
+    expired = true;
+  }
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
   while (!connecting_.empty() && now_ms_ - connecting_.front()->started_ms >= connect_ms) {
     ReportConnectTimeout(*connecting_.front());

@@ -26,6 +26,7 @@
 #include "stack/write_ref.h"
 
 struct tcp_pcb;
+struct pbuf;
 
 namespace xdpfwd {
 
@@ -158,6 +159,7 @@ class Relay {
  private:
   struct Listener;
   struct RuleVersion;  // a rule as served: picker and passive health of its backends
+  struct ProxyOrigin;  // [accept-proxy]: the client's PROXY header, awaited or read
   // The lists a connection is on (tags for IntrusiveList).
   struct ByActivity;  // every live connection, least recently active first: idle deadlines
   struct Connecting;  // backend handshake under way, oldest first: connect deadlines
@@ -170,6 +172,8 @@ class Relay {
   // Frees the rules no listener serves and no connection uses any more.
   void RetireRules();
   int Accept(Listener& listener, tcp_pcb* pcb);
+  void CountAccepted(Connection& c);
+  void OpenBackend(Connection& c);
   std::atomic<uint64_t>* StartBackend(Connection& c);
   // The backend for `c` (c.flows.backend), among its rule's healthy ones it has not tried; false
   // if none is left.
@@ -180,12 +184,18 @@ class Relay {
   // The list c's handshake waits in: connecting_, or trying_ for rules with several backends.
   IntrusiveList<Connection, Connecting>& ConnectingOf(const Connection& c);
   bool SendProxyHeader(Connection& c);  // false: lwIP would not queue it
+  // [accept-proxy] (relay_proxy.cpp): whether `peer` may send the rule's clients' headers; the
+  // client's bytes `p` (nullptr: its FIN) while its header is awaited; a whole header read.
+  static bool ProxyTrusted(const RelayRule& rule, in_addr peer);
+  void ReceiveProxyHeader(Connection& c, pbuf* p);
+  void ProxyHeaderRead(Connection& c, const ProxyParse& header);
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);
-  void Reset(Connection& c, std::atomic<uint64_t>& reason);
+  void Reset(Connection& c, std::atomic<uint64_t>& why);
+  // `origin`: what the client's PROXY header said, which names the client where it has addresses.
   void RecordSession(const RelayRule& rule, const FlowTuple& client_flow, SessionResult result,
-                     uint64_t bytes_in, uint64_t bytes_out);
+                     uint64_t bytes_in, uint64_t bytes_out, const ProxyOrigin* origin = nullptr);
   void AbortLeg(Leg& leg);
   void Finish(Connection& c);
   void Touch(Connection& c);
@@ -221,6 +231,8 @@ class Relay {
   // timeout, so that a silent backend leaves time to fail over (ordered by attempt start).
   IntrusiveList<Connection, Connecting> trying_;
   static constexpr uint64_t kFailoverShare = 3;
+  // [accept-proxy] connections whose header is not whole yet, by deadline (rules' timeouts differ).
+  IntrusiveList<Connection, Connecting> awaiting_;
   IntrusiveList<Connection, Watched> watched_;
   IntrusiveList<Leg, Owed> owed_;      // stall deadlines
   std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks

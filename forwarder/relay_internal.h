@@ -3,7 +3,11 @@
 // forwarder/.
 #pragma once
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "forwarder/backend_health.h"
@@ -33,6 +37,25 @@ class PbufQueue {
     if (++head_ == items_.size()) {
       items_.clear();
       head_ = 0;
+    }
+  }
+  // Copies up to `max` bytes from the front of the queue to `out`; how many it copied.
+  size_t Copy(uint8_t* out, size_t max) const {
+    size_t n = 0;
+    for (size_t i = head_; i < items_.size() && n < max; ++i) {
+      const auto want = static_cast<u16_t>(std::min<size_t>(max - n, items_[i]->tot_len));
+      n += pbuf_copy_partial(items_[i], out + n, want, 0);
+    }
+    return n;
+  }
+  // Frees the first `n` bytes (no more than the queue holds).
+  void DropFront(size_t n) {
+    while (n > 0 && !empty()) {
+      pbuf*& head = front();
+      const auto take = static_cast<u16_t>(std::min<size_t>(n, head->tot_len));
+      head = pbuf_free_header(head, take);
+      n -= take;
+      if (head == nullptr) pop();
     }
   }
   void FreeAll() {
@@ -72,6 +95,15 @@ struct Relay::Leg : ListHook<Leg, Owed> {
   uint64_t progress_ms = 0;
 };
 
+// [accept-proxy]: the client's PROXY header, awaited from the accept until it is whole (on
+// Relay::awaiting_, by deadline), then what it said. Only connections of such rules have one.
+struct Relay::ProxyOrigin {
+  bool awaiting = true;
+  uint64_t deadline_ms = 0;
+  bool has_addresses = false;                // else the connection's own ends stand
+  sockaddr_storage source{}, destination{};  // the client behind the proxy, and whom it reached
+};
+
 struct Relay::Connection : ListHook<Connection, ByActivity>,
                            ListHook<Connection, Connecting>,
                            ListHook<Connection, Watched> {
@@ -96,8 +128,11 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   size_t backend_index = 0;
   uint64_t tried = 0;
   uint64_t attempt_ms = 0;
+  std::unique_ptr<ProxyOrigin> origin;  // [accept-proxy] rules only
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
+  // Its PROXY header is not whole yet: no backend is picked, no backend leg opened.
+  bool awaiting_header() const { return origin != nullptr && origin->awaiting; }
 };
 
 // A rule as served: the rule, and its backends as this worker picks among them (the picker and

@@ -87,8 +87,15 @@ IntrusiveList<Relay::Connection, Relay::Connecting>& Relay::ConnectingOf(const C
 
 bool Relay::PickBackend(Connection& c) {
   RuleVersion& v = *c.version;
-  const std::span<const uint8_t> client(
-      reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr), sizeof(in_addr));
+  // The source hash's client: the one a PROXY header named, if it did.
+  uint8_t origin[16];
+  const std::span<const uint8_t> client =
+      c.origin != nullptr && c.origin->has_addresses
+          ? std::span<const uint8_t>(
+                origin,
+                ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.origin->source), origin))
+          : std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr),
+                                     sizeof(in_addr));
   auto pick = v.picker.Pick(v.Up(now_ms_), c.tried, client);
   // Every backend left marked down: try them anyway (the marks are a guess, a handshake is not).
   if (!pick) pick = v.picker.Pick(~uint64_t{0}, c.tried, client);
