@@ -216,6 +216,14 @@ void BackendPicker::BuildMaglevTable(uint64_t members) {
   }
 }
 
+void BackendPicker::SetWeights(std::span<const uint32_t> weights) {
+  for (size_t i = 0; i < backends_.size() && i < weights.size(); ++i) {
+    backends_[i].weight = std::max<uint32_t>(weights[i], 1);
+    backends_[i].current_weight = 0;
+  }
+  table_members_ = 0;
+}
+
 void BackendPicker::Opened(size_t i) { ++backends_[i].connections; }
 
 // Each Closed pairs with an Opened of the same backend: the caller's books say so.

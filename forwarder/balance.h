@@ -38,6 +38,11 @@ class BackendPicker {
   // the source hash only.
   std::optional<size_t> Pick(uint64_t up, uint64_t tried, std::span<const uint8_t> client);
 
+  // New weights, one per backend in order (`set weight`, a reload): round robin's credits start
+  // over, the source hash's table is built again on the next pick, least connections' counts
+  // stay.
+  void SetWeights(std::span<const uint32_t> weights);
+
   // Least connections: a connection to backend i began / ended (the others ignore them).
   void Opened(size_t i);
   void Closed(size_t i);

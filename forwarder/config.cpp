@@ -296,7 +296,22 @@ std::optional<uint32_t> Number(const std::string& text, uint32_t low, uint32_t h
   return n;
 }
 
-constexpr uint32_t kMaxWeight = 256;
+// [state=drain|maint] (ready, the default, may be written too).
+std::optional<BackendAdmin> ParseBackendAdmin(const std::string& text) {
+  for (BackendAdmin a : {BackendAdmin::kReady, BackendAdmin::kDrain, BackendAdmin::kMaint}) {
+    if (text == BackendAdminName(a)) return a;
+  }
+  return std::nullopt;
+}
+
+Result<BackendAdmin> StateOption(const Option& o, const Where& where) {
+  auto admin = ParseBackendAdmin(*o.value);
+  if (!admin) {
+    return where.At(o.value_column,
+                    "expected ready, drain or maint for state, found " + Quote(*o.value));
+  }
+  return *admin;
+}
 
 std::optional<BalanceMethod> ParseBalanceMethod(const std::string& text) {
   for (BalanceMethod m :
@@ -311,14 +326,15 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   return ForEachOption(
       w, where,
       "timeout=N, src=ADDRESS, proxy=v1|v2, accept-proxy, accept-proxy-timeout=DURATION, "
-      "balance=METHOD, weight=N, check=DURATION, fall=N, rise=N",
+      "balance=METHOD, weight=N, state=STATE, check=DURATION, fall=N, rise=N",
       [&](const Option& o) -> Result<void> {
         if (o.key != "timeout" && o.key != "src" && o.key != "proxy" && o.key != "balance" &&
-            o.key != "weight" && o.key != "check" && o.key != "fall" && o.key != "rise" &&
-            o.key != "accept-proxy" && o.key != "accept-proxy-timeout") {
+            o.key != "weight" && o.key != "state" && o.key != "check" && o.key != "fall" &&
+            o.key != "rise" && o.key != "accept-proxy" && o.key != "accept-proxy-timeout") {
           return where.At(o.key_column,
                           "expected an option name (timeout, src, proxy, accept-proxy, "
-                          "accept-proxy-timeout, balance, weight, check, fall, rise), found " +
+                          "accept-proxy-timeout, balance, weight, state, check, fall, rise), "
+                          "found " +
                               Quote(o.key));
         }
         if (o.key == "accept-proxy") {
@@ -401,6 +417,13 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
                                                 Quote(value));
           }
           rule.backend_weight = *weight;
+        } else if (o.key == "state") {
+          auto admin = StateOption(o, where);
+          if (!admin) return admin.error();
+          if (!rule.is_stream()) {
+            return where.At(o.key_column, "state= is for TCP rules (TCP on both sides)");
+          }
+          rule.backend_admin = *admin;
         } else {
           auto src = ResolveAddress(value, 0, rule.backend_protocol, true, o.value_column, where);
           if (!src) return src.error();
@@ -410,14 +433,16 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
       });
 }
 
-// A `backend ADDRESS PORT [weight=N, backup]` line: one more backend of the rule above it.
+// A `backend ADDRESS PORT [weight=N, backup, state=STATE]` line: one more backend of the rule
+// above it.
 Result<void> ParseBackend(const std::vector<Word>& words, Rule& rule, const Where& where,
                           int line) {
   if (words.size() < 3) {
     const Word& last = words.back();
     return where.At(last.column + static_cast<int>(last.text.size()),
                     std::string("expected ") + (words.size() == 1 ? "an address" : "a port") +
-                        " (a backend line is: backend address port [weight=N, backup]), found "
+                        " (a backend line is: backend address port [weight=N, backup, "
+                        "state=STATE]), found "
                         "the end of the line");
   }
   if (words.size() > 4) {
@@ -463,18 +488,25 @@ Result<void> ParseBackend(const std::vector<Word>& words, Rule& rule, const Wher
   b.host = words[1].text;
   b.line = line;
   if (words.size() == 4) {
-    auto parsed =
-        ForEachOption(words[3], where, "weight=N, backup", [&](const Option& o) -> Result<void> {
+    auto parsed = ForEachOption(
+        words[3], where, "weight=N, backup, state=STATE", [&](const Option& o) -> Result<void> {
           if (o.key == "backup") {
             if (o.value) return where.At(o.key_column, "backup takes no value");
             b.backup = true;
             return {};
           }
-          if (o.key != "weight") {
-            return where.At(o.key_column,
-                            "expected an option name (weight, backup), found " + Quote(o.key));
+          if (o.key != "weight" && o.key != "state") {
+            return where.At(
+                o.key_column,
+                "expected an option name (weight, backup, state), found " + Quote(o.key));
           }
           if (!o.value) return NeedsValue(o, where);
+          if (o.key == "state") {
+            auto admin = StateOption(o, where);
+            if (!admin) return admin.error();
+            b.admin = *admin;
+            return {};
+          }
           const auto weight = Number(*o.value, 1, kMaxWeight);
           if (!weight) {
             return where.At(o.value_column, "expected a weight from 1 to " +
@@ -675,11 +707,16 @@ std::string DescribeConfig(const Config& config) {
     if (!r.more_backends.empty()) {
       out << "  backends (" << BalanceMethodName(r.balance) << "): " << ToString(r.backend)
           << " weight " << r.backend_weight;
+      if (r.backend_admin != BackendAdmin::kReady)
+        out << " (" << BackendAdminName(r.backend_admin) << ")";
       for (const RuleBackend& b : r.more_backends) {
         out << ", " << ToString(b.address) << " weight " << b.weight
             << (b.backup ? " (backup)" : "");
+        if (b.admin != BackendAdmin::kReady) out << " (" << BackendAdminName(b.admin) << ")";
       }
       out << "\n";
+    } else if (r.backend_admin != BackendAdmin::kReady) {
+      out << "  backend state: " << BackendAdminName(r.backend_admin) << " (no new connections)\n";
     }
     if (r.check_ms != 0) {
       out << "  health checks: a TCP connect to each backend every " << r.check_ms

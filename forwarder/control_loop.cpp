@@ -55,10 +55,12 @@ constexpr const char* kHelp =
     "  show stat      CSV, one row per path: rules, then every relay counter\n"
     "  show workers   each fast-path worker: CPU, busy time, faults, AF_XDP and lwIP counters\n"
     "  show steer     the steering program's decisions by reason (CSV)\n"
-    "  show backends  each backend of rules with several backends or health checks:\n"
-    "                 ready/drain/maint, checks' verdict, checks, failures, last failure (CSV)\n"
+    "  show backends  each backend of rules with several backends, checks or states (CSV):\n"
+    "                 ready/drain/maint, checks' verdict, weight, sessions open and in all,\n"
+    "                 failed handshakes, bytes each way, checks, failures, last failure\n"
     "  set backend RULE ADDR:PORT ready|drain|maint  drain and maint take no new\n"
     "                 connections (open ones carry on); maint also stops its checks\n"
+    "  set weight RULE ADDR:PORT N  the backend's weight (1-256) on both paths\n"
     "  show sess      every open connection (CSV): path, worker, peers, age, bytes, and\n"
     "                 each leg's TCP state, srtt, rto, cwnd, in flight, queue, window\n"
     "  shutdown session ID  reset that connection's legs (its id from show sess)\n"
@@ -326,19 +328,7 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
   if (command == "show stat") return StatCsv(report());
   if (command == "show workers") return WorkersText(report());
   if (command == "show steer") return SteerText(report());
-  if (command == "show backends") {
-    std::string out = "# rule,backend,admin,check,checks,failures,last_failure\n";
-    for (const HealthChecker::BackendView& b : service_->CheckedBackends()) {
-      out += std::to_string(b.rule_id) + "," + b.backend + "," + HealthChecker::AdminName(b.admin) +
-             "," +
-             (!b.checked ? "unchecked"
-              : b.up     ? "up"
-                         : "down") +
-             "," + std::to_string(b.checks) + "," + std::to_string(b.failures) + "," +
-             b.last_error + "\n";
-    }
-    return out;
-  }
+  if (command == "show backends") return BackendsCsv(service_->CheckedBackends());
   if (command.rfind("set backend ", 0) == 0) {
     std::istringstream words(command.substr(12));
     std::string rule, backend, state, extra;
@@ -356,6 +346,23 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
       return "error: " + r.error().message() + "\n";
     }
     return "backend " + backend + " of rule " + rule + ": " + state + "\n";
+  }
+  if (command.rfind("set weight ", 0) == 0) {
+    std::istringstream words(command.substr(11));
+    std::string rule, backend, weight, extra;
+    words >> rule >> backend >> weight >> extra;
+    uint32_t id = 0, w = 0;
+    const auto [p, ec] = std::from_chars(rule.data(), rule.data() + rule.size(), id);
+    const auto [q, wec] = std::from_chars(weight.data(), weight.data() + weight.size(), w);
+    if (ec != std::errc() || p != rule.data() + rule.size() || backend.empty() ||
+        wec != std::errc() || q != weight.data() + weight.size() || weight.empty() ||
+        !extra.empty()) {
+      return "error: expected set weight RULE ADDR:PORT WEIGHT\n";
+    }
+    if (auto r = service_->SetBackendWeight(id, backend, w); !r) {
+      return "error: " + r.error().message() + "\n";
+    }
+    return "backend " + backend + " of rule " + rule + ": weight " + std::to_string(w) + "\n";
   }
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());

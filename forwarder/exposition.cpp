@@ -8,17 +8,15 @@
 #include <vector>
 
 #include "forwarder/diagnosis.h"
+#include "forwarder/exposition_format.h"
 
 namespace xdpfwd {
 namespace {
 
-// One counter of a list, as the X-macros give it.
-struct Field {
-  std::string_view name;  // the field's (and the stats line's) name
-  bool gauge = false;
-  std::string_view what;  // empty where the list has none
-  uint64_t value = 0;
-};
+using exposition::Decimal;
+using exposition::Field;
+using exposition::Json;
+using exposition::Prometheus;
 
 std::vector<Field> RelayFields(const RelayTotals& t) {
   std::vector<Field> out;
@@ -63,80 +61,11 @@ bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
-// A number without the zeros a fixed format adds: 0.000001, 2, 33.554432.
-std::string Decimal(double v) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9f", v);
-  std::string out = text;
-  out.erase(out.find_last_not_of('0') + 1);
-  if (out.back() == '.') out.pop_back();
-  return out;
-}
-
 std::string Seconds(uint64_t ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ms) / 1000.0);
   return text;
 }
-
-// Prometheus's text format: a family's HELP and TYPE once, then its samples.
-class Prometheus {
- public:
-  using Labels = std::vector<std::pair<std::string_view, std::string>>;
-
-  void Family(const std::string& name, bool gauge, std::string_view help) {
-    Family(name, gauge ? "gauge" : "counter", help);
-  }
-  void Family(const std::string& name, const char* type, std::string_view help) {
-    out_ += "# HELP " + name + ' ';
-    for (char c : help) {  // HELP escapes backslash and newline
-      if (c == '\\') {
-        out_ += "\\\\";
-      } else if (c == '\n') {
-        out_ += "\\n";
-      } else {
-        out_ += c;
-      }
-    }
-    out_ += "\n# TYPE " + name + " " + type + "\n";
-  }
-  void Sample(const std::string& name, const Labels& labels, uint64_t value) {
-    Start(name, labels);
-    out_ += std::to_string(value) + '\n';
-  }
-  void Sample(const std::string& name, const Labels& labels, double value) {
-    Start(name, labels);
-    out_ += Decimal(value) + '\n';  // seconds to the nanosecond
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  void Start(const std::string& name, const Labels& labels) {
-    out_ += name;
-    if (labels.empty()) {
-      out_ += ' ';
-      return;
-    }
-    out_ += '{';
-    for (size_t i = 0; i < labels.size(); ++i) {
-      if (i > 0) out_ += ',';
-      out_ += std::string(labels[i].first) + "=\"";
-      for (char c : labels[i].second) {  // label values escape backslash, quote, newline
-        if (c == '\\' || c == '"') {
-          out_ += '\\';
-          out_ += c;
-        } else if (c == '\n') {
-          out_ += "\\n";
-        } else {
-          out_ += c;
-        }
-      }
-      out_ += '"';
-    }
-    out_ += "} ";
-  }
-  std::string out_;
-};
 
 // A counter list's field as a metric: `prefix` + name, nanoseconds as seconds, _total on
 // counters.
@@ -351,77 +280,6 @@ void ListMetrics(Prometheus& p, std::string_view prefix, const std::vector<Field
   }
 }
 
-// A minimal JSON writer: objects and arrays opened and closed in order, commas kept.
-class Json {
- public:
-  Json& Open(std::string_view key, char bracket) {
-    Key(key);
-    out_ += bracket;
-    first_ = true;
-    return *this;
-  }
-  Json& Close(char bracket) {
-    out_ += bracket;
-    first_ = false;
-    return *this;
-  }
-  Json& Number(std::string_view key, uint64_t v) {
-    Key(key);
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& Signed(std::string_view key, int64_t v) {
-    Key(key);
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& Bool(std::string_view key, bool v) {
-    Key(key);
-    out_ += v ? "true" : "false";
-    return *this;
-  }
-  Json& String(std::string_view key, std::string_view v) {
-    Key(key);
-    Quote(v);
-    return *this;
-  }
-  Json& Fields(const std::vector<Field>& fields) {
-    for (const Field& f : fields) Number(f.name, f.value);
-    return *this;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  // An empty key: an array element.
-  void Key(std::string_view key) {
-    if (!first_) out_ += ',';
-    first_ = false;
-    if (!key.empty()) {
-      Quote(key);
-      out_ += ':';
-    }
-  }
-  void Quote(std::string_view v) {
-    out_ += '"';
-    for (char c : v) {
-      const auto u = static_cast<unsigned char>(c);
-      if (c == '"' || c == '\\') {
-        out_ += '\\';
-        out_ += c;
-      } else if (u < 0x20) {
-        char esc[8];
-        std::snprintf(esc, sizeof esc, "\\u%04x", u);
-        out_ += esc;
-      } else {
-        out_ += c;
-      }
-    }
-    out_ += '"';
-  }
-  std::string out_;
-  bool first_ = true;
-};
-
 }  // namespace
 
 std::string MetricsText(const ServiceReport& r) {
@@ -457,6 +315,7 @@ std::string MetricsText(const ServiceReport& r) {
              uint64_t{1});
   }
   RelayMetrics(p, r);
+  exposition::BackendMetrics(p, r);
   FastPathMetrics(p, r);
   if (r.kernel) ListMetrics(p, "xdpfwd_kernel_path_", KernelFields(*r.kernel));
   if (r.datagram) ListMetrics(p, "xdpfwd_datagram_", DatagramFields(*r.datagram));
@@ -522,6 +381,7 @@ std::string ReportJson(const ServiceReport& r) {
         .Close('}');
   }
   j.Close(']');
+  exposition::BackendsJson(j, r);
   if (r.fast) {
     j.Open("fast_path", '{').String("description", r.fast_description);
     j.Open("total", '{').Fields(RelayFields(r.fast->relay)).Fields(FastFields(*r.fast));

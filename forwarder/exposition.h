@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "forwarder/connection_table.h"
 #include "forwarder/service_report.h"
@@ -27,6 +28,9 @@ std::string InfoText(const ServiceReport& r);
 // `show workers`: one block per fast-path worker: CPU, busy share, iterations, per queue the
 // packets received, the AF_XDP socket's drops and fill ring, lwIP's pools.
 std::string WorkersText(const ServiceReport& r);
+// `show backends`: CSV, a line per backend of the rules on the health board (rule, backend,
+// state, checks' verdict, weight, sessions, bytes, checks and the last failure).
+std::string BackendsCsv(const std::vector<HealthChecker::BackendView>& backends);
 // `show steer`: the steering program's decisions, one reason a line with packets and bytes.
 std::string SteerText(const ServiceReport& r);
 

@@ -32,9 +32,9 @@ namespace xdpfwd {
 struct FastPathConfig {
   std::vector<Rule> rules;                   // IPv4 rules with a concrete listen address
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
-  // The active health checks' verdicts, in memory the workers inherit (forwarder/health_board.h);
-  // nullptr: none.
-  const HealthBoard* health = nullptr;
+  // The rules' backends (forwarder/health_board.h: checks' verdicts, states, weights, counters),
+  // in memory the workers inherit; nullptr: none.
+  HealthBoard* health = nullptr;
   // Workers hand access log records to the control process (FastPath::DrainSessions).
   bool log_sessions = false;
   RelayLimits limits;

@@ -35,11 +35,17 @@ HealthChecker::~HealthChecker() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool HealthChecker::Covers(const Rule& rule) {
+  if (!rule.is_stream()) return false;
+  if (rule.check_ms != 0 || rule.backend_count() > 1) return true;
+  return rule.backend_admin != BackendAdmin::kReady;  // one backend: more_backends is empty
+}
+
 void HealthChecker::SetRules(const std::vector<Rule>& rules) {
   std::lock_guard lock(mu_);
   std::vector<std::unique_ptr<Checked>> next;
   for (const Rule& rule : rules) {
-    if (!rule.is_stream() || (rule.check_ms == 0 && rule.backend_count() == 1)) continue;
+    if (!Covers(rule)) continue;
     auto kept = std::find_if(rules_.begin(), rules_.end(),
                              [&](const auto& c) { return c && c->rule.id == rule.id; });
     if (kept != rules_.end()) {
@@ -48,27 +54,34 @@ void HealthChecker::SetRules(const std::vector<Rule>& rules) {
     }
     auto checked = std::make_unique<Checked>();
     checked->rule = rule;
-    checked->bits = board_.Claim(rule.id);
-    if (checked->bits == nullptr) {
-      Log("health checks: more than " + std::to_string(HealthBoard::kRules) +
-          " rules with checks; rule " + ToString(rule.listen) + " is served without them");
+    checked->entry = board_.Claim(rule.id);
+    if (checked->entry == nullptr) {
+      Log("backends: more than " + std::to_string(HealthBoard::kRules) +
+          " rules with several backends, checks or states; rule " + ToString(rule.listen) +
+          " is served without checks, states or per-backend counters");
       continue;
     }
-    checked->backends.resize(rule.backend_count());
+    const std::vector<RuleBackend> all = AllBackends(rule);
+    checked->backends.resize(all.size());
     const Clock::time_point now = Clock::now();
-    for (size_t i = 0; i < checked->backends.size(); ++i) {
+    for (size_t i = 0; i < all.size(); ++i) {
       Check& c = checked->backends[i];
       c.owner = checked.get();
       c.index = i;
-      c.address = rule.backend_address(i);
+      c.address = all[i].address;
       c.next = now;  // the first check at once
       c.view.rule_id = rule.id;
       c.view.backend = ToString(c.address);
       c.view.checked = rule.check_ms != 0;
+      c.view.admin = all[i].admin;
+      c.view.weight = all[i].weight;
+      c.view.backup = all[i].backup;
     }
+    Publish(*checked);
+    PublishWeights(*checked);
     next.push_back(std::move(checked));
   }
-  // What no rule checks any more: its checks under way end, its board entry goes.
+  // What no rule covers any more: its checks under way end, its board entry goes.
   for (auto& gone : rules_) {
     if (!gone) continue;
     for (Check& c : gone->backends) {
@@ -79,11 +92,43 @@ void HealthChecker::SetRules(const std::vector<Rule>& rules) {
   rules_ = std::move(next);
 }
 
+void HealthChecker::ApplyFile(const std::vector<Rule>& rules) {
+  std::lock_guard lock(mu_);
+  for (const Rule& rule : rules) {
+    auto it = std::find_if(rules_.begin(), rules_.end(),
+                           [&](const auto& c) { return c->rule.id == rule.id; });
+    if (it == rules_.end()) continue;
+    Checked& checked = **it;
+    checked.rule = rule;  // the same rule but for weights and states (SameRule)
+    const std::vector<RuleBackend> all = AllBackends(rule);
+    bool weights_moved = false;
+    for (size_t i = 0; i < all.size() && i < checked.backends.size(); ++i) {
+      Check& c = checked.backends[i];
+      if (c.view.admin != all[i].admin) SetAdminLocked(c, all[i].admin, " by the reload");
+      weights_moved |= c.view.weight != all[i].weight;
+      c.view.weight = all[i].weight;
+      c.view.backup = all[i].backup;
+    }
+    Publish(checked);
+    if (weights_moved) PublishWeights(checked);
+  }
+}
+
 std::vector<HealthChecker::BackendView> HealthChecker::View() const {
   std::lock_guard lock(mu_);
   std::vector<BackendView> out;
   for (const auto& r : rules_) {
-    for (const Check& c : r->backends) out.push_back(c.view);
+    for (const Check& c : r->backends) {
+      BackendView v = c.view;
+      if (const HealthBoard::BackendCounters* n = r->entry->CountersFor(r->rule.id, c.index)) {
+        v.current = n->current.load(std::memory_order_relaxed);
+        v.sessions = n->sessions.load(std::memory_order_relaxed);
+        v.connect_failures = n->connect_failures.load(std::memory_order_relaxed);
+        v.bytes_to_backend = n->bytes_to_backend.load(std::memory_order_relaxed);
+        v.bytes_from_backend = n->bytes_from_backend.load(std::memory_order_relaxed);
+      }
+      out.push_back(std::move(v));
+    }
   }
   return out;
 }
@@ -148,48 +193,76 @@ void HealthChecker::End(Check& c, bool passed, const std::string& why, Clock::ti
   }
 }
 
-const char* HealthChecker::AdminName(Admin a) {
-  switch (a) {
-    case Admin::kDrain:
-      return "drain";
-    case Admin::kMaint:
-      return "maint";
-    case Admin::kReady:
-      break;
-  }
-  return "ready";
-}
-
-Result<void> HealthChecker::SetAdmin(uint32_t rule_id, const std::string& backend, Admin admin) {
-  std::lock_guard lock(mu_);
+Result<HealthChecker::Check*> HealthChecker::Find(uint32_t rule_id, const std::string& backend) {
   for (auto& r : rules_) {
     if (r->rule.id != rule_id) continue;
     for (Check& c : r->backends) {
-      if (c.view.backend != backend) continue;
-      c.view.admin = admin;
-      if (admin == Admin::kMaint) {  // no checks while in maintenance; fresh ones after
-        if (c.fd) in_flight_.erase(c.token);
-        c.fd.reset();
-        c.failed_in_a_row = c.passed_in_a_row = 0;
-      }
-      Log("backends: rule " + std::to_string(rule_id) + ": " + backend + " set to " +
-          AdminName(admin));
-      Publish(*r);
-      return {};
+      if (c.view.backend == backend) return &c;
     }
     return Error{{}, "rule " + std::to_string(rule_id) + " has no backend " + backend};
   }
   return Error{{},
                "no rule " + std::to_string(rule_id) +
-                   " with several backends or health checks (show backends lists them)"};
+                   " with several backends, health checks or states (show backends lists "
+                   "them)"};
+}
+
+void HealthChecker::SetAdminLocked(Check& c, Admin admin, const char* by) {
+  c.view.admin = admin;
+  if (admin == Admin::kMaint) {  // no checks while in maintenance; fresh ones after
+    if (c.fd) in_flight_.erase(c.token);
+    c.fd.reset();
+    c.failed_in_a_row = c.passed_in_a_row = 0;
+  }
+  Log("backends: rule " + std::to_string(c.view.rule_id) + ": " + c.view.backend + " set to " +
+      AdminName(admin) + by);
+}
+
+Result<void> HealthChecker::SetAdmin(uint32_t rule_id, const std::string& backend, Admin admin) {
+  std::lock_guard lock(mu_);
+  auto c = Find(rule_id, backend);
+  if (!c) return c.error();
+  SetAdminLocked(**c, admin, "");
+  Publish(*(*c)->owner);
+  return {};
+}
+
+Result<void> HealthChecker::SetWeight(uint32_t rule_id, const std::string& backend,
+                                      uint32_t weight) {
+  if (weight < 1 || weight > kMaxWeight) {
+    return Error{{},
+                 "a weight is from 1 to " + std::to_string(kMaxWeight) +
+                     " (set backend ... drain takes a backend out of new connections)"};
+  }
+  std::lock_guard lock(mu_);
+  auto c = Find(rule_id, backend);
+  if (!c) return c.error();
+  (*c)->view.weight = weight;
+  Log("backends: rule " + std::to_string(rule_id) + ": " + backend + " weight set to " +
+      std::to_string(weight));
+  PublishWeights(*(*c)->owner);
+  return {};
 }
 
 void HealthChecker::Publish(Checked& checked) {
-  uint64_t bits = 0;
+  uint64_t up = 0, ready = 0;
   for (const Check& c : checked.backends) {
-    if (c.view.up && c.view.admin == Admin::kReady) bits |= uint64_t{1} << c.index;
+    if (c.view.up) up |= uint64_t{1} << c.index;
+    if (c.view.admin == Admin::kReady) ready |= uint64_t{1} << c.index;
   }
-  checked.bits->store(bits, std::memory_order_release);
+  checked.entry->up.store(up, std::memory_order_release);
+  checked.entry->ready.store(ready, std::memory_order_release);
+}
+
+void HealthChecker::PublishWeights(Checked& checked) {
+  for (const Check& c : checked.backends) {
+    checked.entry->weights[c.index].store(c.view.weight, std::memory_order_relaxed);
+  }
+  // After the weights (release): a picker that reads the new generation finds them. Never 0,
+  // the value a picker starts from.
+  uint32_t next = checked.entry->weights_generation.load(std::memory_order_relaxed) + 1;
+  if (next == 0) next = 1;
+  checked.entry->weights_generation.store(next, std::memory_order_release);
 }
 
 void HealthChecker::Run() {

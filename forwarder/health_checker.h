@@ -3,7 +3,9 @@
 // every interval (a PROXY v2 LOCAL header, or v1's UNKNOWN line, first where the rule sends
 // PROXY). `fall` failed checks in a row mark a backend down, `rise` passed checks in a row up
 // again; the verdicts go to the HealthBoard every fast-path worker and kernel-path thread picks
-// from, so a dead backend is left out before any client's handshake meets it.
+// from, so a dead backend is left out before any client's handshake meets it. The checker also
+// keeps the operator's word on each backend (ready, drain, maint; its weight) and reads the
+// board's per-backend counters for `show backends` and the metrics.
 #pragma once
 
 #include <atomic>
@@ -25,12 +27,14 @@ namespace xdpfwd {
 
 class HealthChecker {
  public:
-  // An operator's say over one backend (`set backend`): ready takes new connections; drain
-  // and maint take none (open ones carry on), and maint also stops its checks.
-  enum class Admin : uint8_t { kReady, kDrain, kMaint };
-  static const char* AdminName(Admin a);
+  // An operator's say over one backend (`set backend`, [state=]): rules.h's BackendAdmin.
+  using Admin = BackendAdmin;
+  static const char* AdminName(Admin a) { return BackendAdminName(a).data(); }
 
-  // What `show backends` shows of one backend.
+  // The rules on the board: TCP rules with several backends, checks, or a backend's [state=].
+  static bool Covers(const Rule& rule);
+
+  // What `show backends` and the metrics show of one backend.
   struct BackendView {
     uint32_t rule_id = 0;
     std::string backend;  // "10.0.0.2:9001"
@@ -39,6 +43,11 @@ class HealthChecker {
     bool up = true;        // the checks' verdict (up when unchecked)
     uint64_t checks = 0, failures = 0;
     std::string last_error;  // of the last failed check
+    uint32_t weight = 1;     // as the pickers use it now (the file's, or `set weight`'s)
+    bool backup = false;
+    // Both paths' counts (health_board.h says when each moves).
+    uint64_t current = 0, sessions = 0, connect_failures = 0;
+    uint64_t bytes_to_backend = 0, bytes_from_backend = 0;
   };
 
   // Writes to `board`, which must outlive the checker.
@@ -47,13 +56,19 @@ class HealthChecker {
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
 
-  // The rules with several backends or with checks from now on (a reload): a rule kept by id
-  // keeps its backends' state, a new one starts with every backend up and ready, a removed
-  // one's board entry goes. Call before the paths serve `rules`, so that their pickers find
-  // the entries.
+  // The rules the board covers from now on (a reload): a rule kept by id keeps its backends'
+  // state and weights (until ApplyFile), a new one starts with every backend up and with the
+  // file's weights and states, a removed one's board entry goes. Call before the paths serve
+  // `rules`, so that their pickers find the entries.
   void SetRules(const std::vector<Rule>& rules);
+  // Once a reload has taken: the file's weights and states for every rule, kept ones too. The
+  // file wins over what `set backend` and `set weight` said at run time (as HAProxy without a
+  // server-state file); each backend whose state moves says so in the log.
+  void ApplyFile(const std::vector<Rule>& rules);
   // `set backend RULE ADDR:PORT ready|drain|maint`; an error names what is not there.
   Result<void> SetAdmin(uint32_t rule_id, const std::string& backend, Admin admin);
+  // `set weight RULE ADDR:PORT N`, 1..kMaxWeight.
+  Result<void> SetWeight(uint32_t rule_id, const std::string& backend, uint32_t weight);
   std::vector<BackendView> View() const;
 
  private:
@@ -71,7 +86,7 @@ class HealthChecker {
   };
   struct Checked {  // one rule's
     Rule rule;
-    std::atomic<uint64_t>* bits = nullptr;
+    HealthBoard::Entry* entry = nullptr;
     std::vector<Check> backends;
   };
 
@@ -79,7 +94,12 @@ class HealthChecker {
   void Run();
   void Begin(Check& check, Clock::time_point now);
   void End(Check& check, bool passed, const std::string& why, Clock::time_point now);
+  // The verdicts and states to the board; the weights, and a new generation for the pickers.
   void Publish(Checked& checked);
+  void PublishWeights(Checked& checked);
+  // The backend `backend` (ADDR:PORT) of rule `rule_id`, or an error naming what is not there.
+  Result<Check*> Find(uint32_t rule_id, const std::string& backend);
+  void SetAdminLocked(Check& c, Admin admin, const char* by);
   static std::chrono::milliseconds CheckTimeout(const Rule& rule);
 
   HealthBoard& board_;

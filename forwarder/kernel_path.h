@@ -35,8 +35,9 @@ struct KernelPathConfig {
   std::vector<Rule> rules;                   // TCP on both sides (Rule::is_stream)
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
   SessionSink* sessions = nullptr;           // the access log's events; nullptr: none made
-  // The active health checks' verdicts (forwarder/health_board.h); nullptr: none.
-  const HealthBoard* health = nullptr;
+  // The rules' backends (forwarder/health_board.h: checks' verdicts, states, weights, counters);
+  // nullptr: none.
+  HealthBoard* health = nullptr;
   RelayLimits limits;  // max_connections is for the whole path, all threads
   int threads = 0;     // 0: one per CPU this process may run on
   size_t copy_buffer_bytes = 64 * 1024;

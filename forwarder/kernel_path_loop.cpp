@@ -19,7 +19,7 @@
 #include <string>
 
 #include "forwarder/access.h"
-#include "forwarder/backend_health.h"
+#include "forwarder/backend_choice.h"
 #include "os/log.h"
 
 namespace xdpfwd::kernel_path {
@@ -58,24 +58,8 @@ struct Loop::Connection {
   // it (failover), and the list it waits in while connecting.
   size_t backend_index = 0;
   uint64_t tried = 0;
-  RuleBackends* backends = nullptr;
+  BackendChoice* backends = nullptr;
   ConnectionList* list = nullptr;
-};
-
-struct Loop::RuleBackends {
-  RuleBackends(const Rule& rule, const HealthBoard* board)
-      : picker(rule.balance, PickerBackends(AllBackends(rule))),
-        health(rule.backend_count()),
-        checked(board != nullptr ? board->Find(rule.id) : nullptr) {}
-  // The backends a pick may take now: not marked down by this thread's handshakes nor by the
-  // active checks.
-  uint64_t Up(uint64_t now_ms) const {
-    const uint64_t up = health.Up(now_ms);
-    return checked != nullptr ? up & checked->load(std::memory_order_acquire) : up;
-  }
-  BackendPicker picker;
-  PassiveHealth health;
-  const std::atomic<uint64_t>* checked;  // the active checks' bits; nullptr: none
 };
 
 namespace {
@@ -402,6 +386,12 @@ void Loop::OnListener(Listener& listener) {
         continue;
       }
     }
+    if (BackendsOf(*listener.rule).Ready() == 0) {  // every backend in drain or maint
+      Add(counters_.relay.no_backend);
+      Add(counters_.ForRule(listener.rule->id).no_backend);
+      ResetClose(client);
+      continue;
+    }
     // The one shared atomic on the path, once per connection. Like the fast path, a refused
     // client is counted in over_limit only, not in accepted.
     if (open_connections_.fetch_add(1, std::memory_order_relaxed) >=
@@ -443,7 +433,7 @@ bool Loop::ShedConnection(Listener& listener) {
 }
 
 void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer) {
-  RuleBackends& backends = BackendsOf(rule);
+  BackendChoice& backends = BackendsOf(rule);
   ConnectionList& list = rule.backend_count() > 1 ? trying_ : connecting_;
   list.emplace_back(config_.use_splice);
   Connection& c = list.back();
@@ -463,14 +453,11 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
 
   // The backend first: from here on Finish gives the pick back (least connections' counts).
-  // Every backend marked down: try them anyway (the marks are a guess, the handshake is not);
-  // with nothing tried yet, that pick always finds one.
+  // With nothing tried yet, the pick always finds one (BackendChoice::Pick).
   uint8_t address[16];
   const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
-  auto pick = backends.picker.Pick(backends.Up(NowMs()), 0, {address, n});
-  if (!pick) pick = backends.picker.Pick(~uint64_t{0}, 0, {address, n});
-  c.backend_index = pick.value_or(0);
-  backends.picker.Opened(c.backend_index);
+  c.backend_index = backends.Pick(NowMs(), 0, {address, n}).value_or(0);
+  backends.Opened(c.backend_index);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
@@ -480,9 +467,12 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   OpenBackend(c);
 }
 
-Loop::RuleBackends& Loop::BackendsOf(const Rule& rule) {
+BackendChoice& Loop::BackendsOf(const Rule& rule) {
   auto& slot = backends_[&rule];
-  if (!slot) slot = std::make_unique<RuleBackends>(rule, config_.health);
+  if (!slot) {
+    slot = std::make_unique<BackendChoice>(rule.id, rule.balance, PickerBackends(AllBackends(rule)),
+                                           config_.health);
+  }
   return *slot;
 }
 
@@ -514,19 +504,18 @@ void Loop::OpenBackend(Connection& c) {
 // long as the rule has one left, untried, and the connect timeout since the accept has not run
 // out. The failure counts toward that backend's passive health.
 void Loop::Failover(Connection& c, End why) {
-  RuleBackends& b = *c.backends;
-  if (b.health.Failed(c.backend_index, NowMs())) Add(counters_.relay.backends_marked_down);
-  b.picker.Closed(c.backend_index);
+  BackendChoice& b = *c.backends;
+  if (b.Failed(c.backend_index, NowMs())) Add(counters_.relay.backends_marked_down);
+  b.Closed(c.backend_index);
   c.tried |= uint64_t{1} << c.backend_index;
   std::optional<size_t> next;
   if (now_ - c.accepted < config_.limits.connect_timeout) {
     uint8_t address[16];
     const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
-    next = b.picker.Pick(b.Up(NowMs()), c.tried, {address, n});
-    if (!next) next = b.picker.Pick(~uint64_t{0}, c.tried, {address, n});
+    next = b.Pick(NowMs(), c.tried, {address, n});
   }
   if (!next) {
-    b.picker.Opened(c.backend_index);  // Finish closes it
+    b.Opened(c.backend_index);  // Finish closes it
     return Finish(c, why);
   }
   Add(counters_.relay.backend_failovers);
@@ -536,7 +525,7 @@ void Loop::Failover(Connection& c, End why) {
   connector_.Release(c.lease, false, now_);
   c.lease = BackendLease{};
   c.backend_index = *next;
-  b.picker.Opened(c.backend_index);
+  b.Opened(c.backend_index);
   c.since = now_;
   c.list->splice(c.list->end(), *c.list, c.self);  // its new attempt's deadline is the latest
   OpenBackend(c);
@@ -581,7 +570,7 @@ void Loop::OnConnected(Connection& c) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
   counters_.relay.connect.Observe(connect_ns);
   c.rule_counters->connect.Observe(connect_ns);
-  c.backends->health.Succeeded(c.backend_index);
+  c.backends->Connected(c.backend_index);  // Finish ends the session it begins
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), *c.list, c.self);
   c.list = &relaying_;
@@ -763,7 +752,8 @@ void Loop::Finish(Connection& c, End why) {
   }
   ended_.splice(ended_.end(), *c.list, c.self);
   c.list = &ended_;
-  c.backends->picker.Closed(c.backend_index);
+  c.backends->Closed(c.backend_index);
+  if (!c.connecting) c.backends->Ended(c.backend_index, c.bytes_in, c.bytes_out);
   RelayCounters::Sub(r.active);
   RelayCounters::Sub(c.rule_counters->active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
@@ -798,6 +788,7 @@ void Loop::ExpireDeadlines() {
   const auto connect_timeout = config_.limits.connect_timeout;
   while (!connecting_.empty() && connecting_.front().since + connect_timeout <= now_) {
     ReportConnectTimeout(connecting_.front());
+    connecting_.front().backends->Failed(connecting_.front().backend_index, NowMs());
     Finish(connecting_.front(), End::kBackendTimeout);
   }
   const auto share = connect_timeout / kFailoverShare;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "forwarder/backend_choice.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
@@ -126,8 +127,7 @@ class Loop {
   // A handshake with the backend failed (`why`): another backend of the rule, if one is left
   // and there is time, else the end.
   void Failover(Connection& c, End why);
-  struct RuleBackends;
-  RuleBackends& BackendsOf(const Rule& rule);
+  BackendChoice& BackendsOf(const Rule& rule);
   void OnConnected(Connection& c);
   bool SendProxyHeader(Connection& c);  // false: the backend did not take it whole
   void Relay(Connection& c);
@@ -167,8 +167,8 @@ class Loop {
   // until its epoll events can no longer name them.
   ConnectionList connecting_, trying_, relaying_, ended_;
   static constexpr int kFailoverShare = 3;
-  // Each rule's picker and passive health, made on the rule's first connection here.
-  std::unordered_map<const Rule*, std::unique_ptr<RuleBackends>> backends_;
+  // How each rule's connections choose among its backends, made on its first connection here.
+  std::unordered_map<const Rule*, std::unique_ptr<BackendChoice>> backends_;
   std::vector<Connection*> turns_;          // spent their budget; continue next iteration
   std::vector<Connection*> turns_running_;  // turns_ being served (kept for its capacity)
   Clock::time_point now_;

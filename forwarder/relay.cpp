@@ -92,6 +92,7 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
+    c.version->backends.Connected(c.backend_index);  // Finish ends the session it begins
     if (c.rule->proxy != ProxyVersion::kNone && !r.SendProxyHeader(c)) {
       r.Reset(c, r.counters_.backend_error);
       return scope.result();
@@ -99,7 +100,6 @@ struct Relay::Callbacks {
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
-    c.version->health.Succeeded(c.backend_index);
     r.ConnectingOf(c).Remove(c);
     r.Touch(c);
     r.Pump(c, c.client, c.backend);
@@ -294,6 +294,13 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
     RelayCounters::Add(counters_.over_limit);
     RelayCounters::Add(listener.rule_counters->over_limit);
     tcp_abort(pcb);  // RST: the client learns at once
+    ledger_.Refuse(*listener.rule, client_flow, now_ms_);
+    return ERR_ABRT;
+  }
+  if (listener.version->backends.Ready() == 0) {  // every backend in drain or maint
+    RelayCounters::Add(counters_.no_backend);
+    RelayCounters::Add(listener.rule_counters->no_backend);
+    tcp_abort(pcb);
     ledger_.Refuse(*listener.rule, client_flow, now_ms_);
     return ERR_ABRT;
   }
@@ -666,7 +673,10 @@ void Relay::Finish(Connection& c) {
     awaiting_.Remove(c);  // nothing picked yet, not counted accepted
   } else {
     ConnectingOf(c).Remove(c);
-    c.version->picker.Closed(c.backend_index);
+    c.version->backends.Closed(c.backend_index);
+    if (c.backend.connected) {  // its session's bytes, to the backend's counters
+      c.version->backends.Ended(c.backend_index, c.client.relayed, c.backend.relayed);
+    }
     RelayCounters::Sub(counters_.active);
     RelayCounters::Sub(c.rule_counters->active);
   }
@@ -792,6 +802,7 @@ bool Relay::ExpireDeadlines() {
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
   while (!connecting_.empty() && now_ms_ - connecting_.front()->started_ms >= connect_ms) {
     ReportConnectTimeout(*connecting_.front());
+    connecting_.front()->version->backends.Failed(connecting_.front()->backend_index, now_ms_);
     Reset(*connecting_.front(), counters_.backend_timeout);  // unlinks it
     expired = true;
   }

@@ -76,9 +76,9 @@ struct RelayConfig {
   // The worker's flight recorder (os/flight_recorder.h): each connection's life, on the clock
   // Tick was last given. Not owned; nullptr: nothing recorded.
   FlightRecorder* recorder = nullptr;
-  // The active health checks' verdicts (forwarder/health_board.h), in memory shared with the
-  // control process; nullptr: none.
-  const HealthBoard* health = nullptr;
+  // The rules' backends as the control process sees them (forwarder/health_board.h: checks'
+  // verdicts, states, weights) and their counters, in memory shared with it; nullptr: none.
+  HealthBoard* health = nullptr;
 };
 
 struct RelayState {
@@ -158,7 +158,7 @@ class Relay {
 
  private:
   struct Listener;
-  struct RuleVersion;  // a rule as served: picker and passive health of its backends
+  struct RuleVersion;  // a rule as served: how its connections choose among its backends
   struct ProxyOrigin;  // [accept-proxy]: the client's PROXY header, awaited or read
   // The lists a connection is on (tags for IntrusiveList).
   struct ByActivity;  // every live connection, least recently active first: idle deadlines

@@ -31,39 +31,41 @@ struct RelayLimits {
 
 // X(name, kind, what it counts), kind counter (only grows) or gauge (a level now). One list, so
 // the live counters, the snapshot, the formatter and the metrics can never disagree.
-#define XDPFWD_RELAY_COUNTERS(X)                                                             \
-  X(accepted, counter, "client connections taken")                                           \
-  X(active, gauge, "open now: client leg or backend leg still alive")                        \
-  X(completed, counter, "ended with both directions closed cleanly")                         \
-  X(over_limit, counter, "refused because max_connections was reached")                      \
-  X(not_allowed, counter, "refused by access control: no allow pattern matched (closed)")    \
-  X(denied, counter, "refused by access control: a deny pattern matched (closed)")           \
-  X(backend_refused, counter, "backend answered the SYN with a reset; client was reset")     \
-  X(backend_timeout, counter, "backend did not complete the handshake in time")              \
-  X(backend_error, counter, "backend leg could not be started (no memory, no flow slot)")    \
-  X(backend_no_port, counter, "backend leg refused: no local port left toward it")           \
-  X(idle_timeout, counter, "reset on both legs for idleness")                                \
-  X(stall_timeout, counter, "reset: a peer took no bytes while some waited for it")          \
-  X(client_reset, counter, "client reset or aborted; backend leg was reset")                 \
-  X(backend_reset, counter, "backend reset mid-stream; client leg was reset")                \
-  X(shutdown_reset, counter, "reset on both legs because xdpfwd was stopping")               \
-  X(admin_shutdown, counter, "reset on both legs by `shutdown session`")                     \
-  X(bytes_to_backend, counter, "payload bytes relayed client -> backend")                    \
-  X(bytes_to_client, counter, "payload bytes relayed backend -> client")                     \
-  X(client_nagle_peers, counter,                                                             \
-    "client legs whose small segments waited for our delayed ACK (Nagle on the client; "     \
-    "ACKed at once since; fast path)")                                                       \
-  X(backend_nagle_peers, counter,                                                            \
-    "backend legs whose small segments waited for our delayed ACK (Nagle on the backend; "   \
-    "ACKed at once since; fast path)")                                                       \
-  X(backend_failovers, counter,                                                              \
-    "backend handshakes that failed and were retried on another backend of the rule")        \
-  X(backends_marked_down, counter,                                                           \
-    "backends left out of the picks after failed handshakes in a row (passive health)")      \
-  X(proxy_headers, counter, "PROXY protocol headers read from clients ([accept-proxy])")     \
-  X(proxy_invalid, counter,                                                                  \
-    "reset: a malformed PROXY header, or the client ended before a whole one")               \
-  X(proxy_untrusted, counter, "reset: an [accept-proxy] client not of the proxy-from lines") \
+#define XDPFWD_RELAY_COUNTERS(X)                                                              \
+  X(accepted, counter, "client connections taken")                                            \
+  X(active, gauge, "open now: client leg or backend leg still alive")                         \
+  X(completed, counter, "ended with both directions closed cleanly")                          \
+  X(over_limit, counter, "refused because max_connections was reached")                       \
+  X(not_allowed, counter, "refused by access control: no allow pattern matched (closed)")     \
+  X(denied, counter, "refused by access control: a deny pattern matched (closed)")            \
+  X(no_backend, counter, "refused: every backend of the rule is in drain or maint (reset)")   \
+  X(backend_refused, counter, "backend answered the SYN with a reset; client was reset")      \
+  X(backend_timeout, counter, "backend did not complete the handshake in time")               \
+  X(backend_error, counter, "backend leg could not be started (no memory, no flow slot)")     \
+  X(backend_no_port, counter, "backend leg refused: no local port left toward it")            \
+  X(idle_timeout, counter, "reset on both legs for idleness")                                 \
+  X(stall_timeout, counter, "reset: a peer took no bytes while some waited for it")           \
+  X(client_reset, counter, "client reset or aborted; backend leg was reset")                  \
+  X(backend_reset, counter, "backend reset mid-stream; client leg was reset")                 \
+  X(shutdown_reset, counter, "reset on both legs because xdpfwd was stopping")                \
+  X(admin_shutdown, counter, "reset on both legs by `shutdown session`")                      \
+  X(bytes_to_backend, counter, "payload bytes relayed client -> backend")                     \
+  X(bytes_to_client, counter, "payload bytes relayed backend -> client")                      \
+  X(client_nagle_peers, counter,                                                              \
+    "client legs whose small segments waited for our delayed ACK (Nagle on the client; "      \
+    "ACKed at once since; fast path)")                                                        \
+  X(backend_nagle_peers, counter,                                                             \
+    "backend legs whose small segments waited for our delayed ACK (Nagle on the backend; "    \
+    "ACKed at once since; fast path)")                                                        \
+  X(backend_failovers, counter,                                                               \
+    "backend handshakes that failed and were retried on another backend of the rule")         \
+  X(backends_marked_down, counter,                                                            \
+    "backends left out of the picks after failed handshakes in a row (passive health)")       \
+  X(proxy_headers, counter,                                                                   \
+    "PROXY headers read ([accept-proxy]); such a connection counts accepted from its header") \
+  X(proxy_invalid, counter,                                                                   \
+    "reset: a malformed PROXY header, or the connection ended before a whole one")            \
+  X(proxy_untrusted, counter, "reset: an [accept-proxy] client not of the proxy-from lines")  \
   X(proxy_timeout, counter, "reset: no whole PROXY header within accept-proxy-timeout")
 
 // A plain copy, summable across threads and paths.

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "forwarder/backend_health.h"
+#include "forwarder/backend_choice.h"
 #include "forwarder/relay.h"
 
 extern "C" {
@@ -135,29 +135,18 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   bool awaiting_header() const { return origin != nullptr && origin->awaiting; }
 };
 
-// A rule as served: the rule, and its backends as this worker picks among them (the picker and
-// what its handshakes said about each).
+// A rule as served: the rule, and its backends as this worker picks among them (the picker,
+// what its handshakes said about each, and the shared board's states, weights and counters).
 struct Relay::RuleVersion {
-  RuleVersion(const RelayRule& r, const HealthBoard* board)
-      : rule(r),
-        picker(r.balance, Backends(r)),
-        health(1 + r.more_backends.size()),
-        checked(board != nullptr ? board->Find(r.id) : nullptr) {}
+  RuleVersion(const RelayRule& r, HealthBoard* board)
+      : rule(r), backends(r.id, r.balance, Backends(r), board) {}
   Endpoint backend(size_t i) const {
     return i == 0 ? rule.backend : rule.more_backends[i - 1].address;
   }
   size_t backend_count() const { return 1 + rule.more_backends.size(); }
 
-  // Not marked down by this worker's handshakes nor by the active checks.
-  uint64_t Up(uint64_t now_ms) const {
-    const uint64_t up = health.Up(now_ms);
-    return checked != nullptr ? up & checked->load(std::memory_order_acquire) : up;
-  }
-
   RelayRule rule;
-  BackendPicker picker;
-  PassiveHealth health;
-  const std::atomic<uint64_t>* checked;  // the active checks' bits; nullptr: none
+  BackendChoice backends;
 
  private:
   static std::vector<PickerBackend> Backends(const RelayRule& r) {

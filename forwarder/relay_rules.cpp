@@ -96,13 +96,11 @@ bool Relay::PickBackend(Connection& c) {
                 ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.origin->source), origin))
           : std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr),
                                      sizeof(in_addr));
-  auto pick = v.picker.Pick(v.Up(now_ms_), c.tried, client);
-  // Every backend left marked down: try them anyway (the marks are a guess, a handshake is not).
-  if (!pick) pick = v.picker.Pick(~uint64_t{0}, c.tried, client);
+  const auto pick = v.backends.Pick(now_ms_, c.tried, client);
   if (!pick) return false;
   c.backend_index = *pick;
   c.flows.backend = v.backend(*pick);
-  v.picker.Opened(*pick);
+  v.backends.Opened(*pick);
   return true;
 }
 
@@ -115,16 +113,16 @@ bool Relay::PickBackend(Connection& c) {
 void Relay::Failover(Connection& c, std::atomic<uint64_t>& reason) {
   if (c.finished) return;
   RuleVersion& v = *c.version;
-  if (v.health.Failed(c.backend_index, now_ms_)) {
+  if (v.backends.Failed(c.backend_index, now_ms_)) {
     RelayCounters::Add(counters_.backends_marked_down);
     RelayCounters::Add(c.rule_counters->backends_marked_down);
   }
-  v.picker.Closed(c.backend_index);
+  v.backends.Closed(c.backend_index);
   c.tried |= uint64_t{1} << c.backend_index;
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
   const size_t failed = c.backend_index;
   if (now_ms_ - c.started_ms >= connect_ms || !PickBackend(c)) {
-    v.picker.Opened(failed);  // Finish closes it again
+    v.backends.Opened(failed);  // Finish closes it again
     return Reset(c, reason);
   }
   RelayCounters::Add(counters_.backend_failovers);

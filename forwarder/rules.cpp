@@ -121,12 +121,25 @@ bool operator==(const SocketAddress& a, const SocketAddress& b) {
 
 std::string_view ProtocolName(Protocol p) { return p == Protocol::kUdp ? "udp" : "tcp"; }
 
+std::string_view BackendAdminName(BackendAdmin a) {
+  switch (a) {
+    case BackendAdmin::kDrain:
+      return "drain";
+    case BackendAdmin::kMaint:
+      return "maint";
+    case BackendAdmin::kReady:
+      break;
+  }
+  return "ready";
+}
+
 std::vector<RuleBackend> AllBackends(const Rule& rule) {
   std::vector<RuleBackend> all;
   RuleBackend first;
   first.address = rule.backend;
   first.host = rule.backend_host;
   first.weight = rule.backend_weight;
+  first.admin = rule.backend_admin;
   first.line = rule.line;
   all.push_back(std::move(first));
   all.insert(all.end(), rule.more_backends.begin(), rule.more_backends.end());

@@ -68,12 +68,22 @@ struct AcceptProxy {
 // rinetd's UDP association idle limit when a rule has no [timeout=N] (rinetd.8).
 inline constexpr uint32_t kDefaultUdpTimeoutS = 72;
 
+// An operator's say over a backend (HAProxy's server states): ready takes new connections;
+// drain and maint take none, while the connections they have carry on; maint also stops its
+// health checks. Set by a rule's [state=] and a `backend` line's, or at run time by `set backend`.
+enum class BackendAdmin : uint8_t { kReady, kDrain, kMaint };
+std::string_view BackendAdminName(BackendAdmin a);  // "ready", "drain", "maint"
+
+// The most a backend's weight can be (HAProxy's limit), from the file or `set weight`.
+inline constexpr uint32_t kMaxWeight = 256;
+
 // One more backend of a rule (a `backend` line after it, docs/configuration.md).
 struct RuleBackend {
   SocketAddress address;
   std::string host;  // as written
   uint32_t weight = 1;
-  bool backup = false;  // used only while none of the others is usable
+  bool backup = false;                        // used only while none of the others is usable
+  BackendAdmin admin = BackendAdmin::kReady;  // [state=]
   int line = 0;
 };
 
@@ -90,8 +100,9 @@ struct Rule {
   SocketAddress source;
   // [timeout=N]: seconds a UDP association may be idle before it is closed.
   uint32_t udp_timeout_s = kDefaultUdpTimeoutS;
-  // [weight=N]: `backend`'s weight among the rule's backends.
+  // [weight=N, state=drain|maint]: `backend`'s weight among the rule's backends, and its state.
   uint32_t backend_weight = 1;
+  BackendAdmin backend_admin = BackendAdmin::kReady;
   // `backend` lines after the rule: more backends, and how a connection picks among them all.
   std::vector<RuleBackend> more_backends;
   BalanceMethod balance = BalanceMethod::kRoundRobin;

@@ -68,21 +68,23 @@ std::string RulesLine(const std::vector<Rule>& rules) {
 }
 
 // Whether two rules are the same rule: everything a connection would see alike (the lines the
-// file has them on may differ).
+// file has them on may differ). Weights and states are not in it: a reload that changes only
+// those keeps the rule (its listeners, connections and per-backend counters) and hands them to
+// the pickers through the board (HealthChecker::ApplyFile). Being on the board at all is.
 bool SameRule(const Rule& a, const Rule& b) {
   if (!(a.listen == b.listen) || !(a.backend == b.backend) || !(a.source == b.source) ||
       a.listen_protocol != b.listen_protocol || a.backend_protocol != b.backend_protocol ||
       a.listen_host != b.listen_host || a.backend_host != b.backend_host ||
       a.udp_timeout_s != b.udp_timeout_s || a.proxy != b.proxy || a.balance != b.balance ||
-      a.backend_weight != b.backend_weight || a.more_backends.size() != b.more_backends.size() ||
-      a.check_ms != b.check_ms || a.check_fall != b.check_fall || a.check_rise != b.check_rise ||
+      HealthChecker::Covers(a) != HealthChecker::Covers(b) ||
+      a.more_backends.size() != b.more_backends.size() || a.check_ms != b.check_ms ||
+      a.check_fall != b.check_fall || a.check_rise != b.check_rise ||
       a.access.size() != b.access.size()) {
     return false;
   }
   for (size_t i = 0; i < a.more_backends.size(); ++i) {
     const RuleBackend &x = a.more_backends[i], &y = b.more_backends[i];
-    if (!(x.address == y.address) || x.host != y.host || x.weight != y.weight ||
-        x.backup != y.backup) {
+    if (!(x.address == y.address) || x.host != y.host || x.backup != y.backup) {
       return false;
     }
   }
@@ -404,6 +406,7 @@ Result<ReloadSummary> Service::Reload(Config next) {
       !access_changed && datagram_rules.size() == running_datagram.size() &&
       std::all_of(datagram_rules.begin(), datagram_rules.end(),
                   [&](const Rule& r) { return HasId(running_datagram, r.id); });
+  checker_->ApplyFile(next.rules);  // the file's weights and states, kept rules' too
   const Config previous = running_;
   running_.rules = next.rules;
   running_.access = next.access;
@@ -447,6 +450,12 @@ Result<void> Service::SetBackendAdmin(uint32_t rule_id, const std::string& backe
                                       HealthChecker::Admin admin) {
   if (!checker_) return Error{{}, "stopped"};
   return checker_->SetAdmin(rule_id, backend, admin);
+}
+
+Result<void> Service::SetBackendWeight(uint32_t rule_id, const std::string& backend,
+                                       uint32_t weight) {
+  if (!checker_) return Error{{}, "stopped"};
+  return checker_->SetWeight(rule_id, backend, weight);
 }
 
 uint64_t Service::OpenConnections() const {
@@ -566,6 +575,7 @@ ServiceReport Service::Report() const {
     rr.path = !rule.is_stream() ? "datagram" : fast && fast_ ? "fast" : "kernel";
     r.rules.push_back(std::move(rr));
   }
+  r.backends = CheckedBackends();
   if (fast_) {
     std::vector<FastPathSnapshot> each;
     r.fast = fast_->Snapshot(&each);

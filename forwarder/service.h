@@ -60,11 +60,14 @@ class Service {
   // `shutdown session ID`: resets that connection's legs.
   Result<void> ShutdownSession(uint64_t id) const;
   static constexpr uint64_t kKernelSessionBit = uint64_t{1} << 47;
-  // `show backends`: each checked backend's verdict and counts (rules with [check=]).
+  // `show backends`: the backends of every rule on the board (several backends, checks or a
+  // state): state, checks' verdict, weight and counters.
   std::vector<HealthChecker::BackendView> CheckedBackends() const;
   // `set backend RULE ADDR:PORT ready|drain|maint`.
   Result<void> SetBackendAdmin(uint32_t rule_id, const std::string& backend,
                                HealthChecker::Admin admin);
+  // `set weight RULE ADDR:PORT N`.
+  Result<void> SetBackendWeight(uint32_t rule_id, const std::string& backend, uint32_t weight);
 
   // Serves `next` from now on. Rules whose text is unchanged keep their listeners and
   // connections; removed rules stop accepting while their connections finish; changed and added

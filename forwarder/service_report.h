@@ -12,6 +12,7 @@
 
 #include "forwarder/datagram_path.h"
 #include "forwarder/fast_path.h"
+#include "forwarder/health_checker.h"
 #include "forwarder/kernel_path.h"
 #include "forwarder/session_log.h"
 
@@ -47,6 +48,8 @@ struct ServiceReport {
   bool draining = false;
   uint64_t reloads = 0, reloads_refused = 0;
   std::vector<RuleReport> rules;
+  // The backends of the rules on the health board (several backends, checks or a state).
+  std::vector<HealthChecker::BackendView> backends;
   std::vector<std::string> warnings;                // each says what is wrong and the fix
   std::map<std::string, uint64_t> warnings_raised;  // the host diagnosis's, by kind
 

@@ -11,8 +11,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "os/endpoint.h"
 #include "tests/support/forwarder_process.h"
@@ -28,11 +30,12 @@ using namespace std::chrono_literals;
 constexpr uint16_t kPort = 9000, kFirstBackendPort = 9100;
 
 // A backend that says its name to each client and closes; it can go away and come back (its
-// listener closed: the kernel refuses new handshakes, as for a killed process).
+// listener closed: the kernel refuses new handshakes, as for a killed process). With
+// `read_first`, it reads what the client sends until the client's FIN before it answers.
 class NamedBackend {
  public:
-  NamedBackend(const Topology& topo, uint16_t port, std::string name)
-      : topo_(topo), port_(port), name_(std::move(name)) {
+  NamedBackend(const Topology& topo, uint16_t port, std::string name, bool read_first = false)
+      : topo_(topo), port_(port), name_(std::move(name)), read_first_(read_first) {
     Start();
   }
   ~NamedBackend() { Stop(); }
@@ -55,12 +58,20 @@ class NamedBackend {
       if (poll(&p, 1, 20) != 1) continue;
       UniqueFd c(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) continue;
+      if (read_first_) {
+        const timeval limit{5, 0};
+        setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+        char buf[4096];
+        while (recv(c.get(), buf, sizeof buf, 0) > 0) {
+        }
+      }
       (void)send(c.get(), name_.data(), name_.size(), MSG_NOSIGNAL);
     }
   }
   const Topology& topo_;
   uint16_t port_;
   std::string name_;
+  bool read_first_ = false;
   UniqueFd listener_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -85,12 +96,21 @@ class BackendsTest : public ::testing::TestWithParam<const char*> {
     }
     return config;
   }
-  // One client connection: the name of the backend that answered, or "" if it failed.
-  std::string Ask() {
+  // One client connection: the name of the backend that answered, or "" if it failed. With
+  // `send_bytes`, the client sends that many bytes and its FIN first.
+  std::string Ask(size_t send_bytes = 0) {
     try {
       UniqueFd c = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
       const timeval limit{5, 0};  // a backend that never answers fails the ask, not the run
       setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      if (send_bytes > 0) {
+        const std::string payload(send_bytes, 'x');
+        if (send(c.get(), payload.data(), payload.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(payload.size())) {
+          return "";
+        }
+        shutdown(c.get(), SHUT_WR);
+      }
       std::string got;
       char buf[64];
       for (ssize_t n; (n = recv(c.get(), buf, sizeof buf, 0)) > 0;) got.append(buf, n);
@@ -98,6 +118,36 @@ class BackendsTest : public ::testing::TestWithParam<const char*> {
     } catch (const std::exception&) {
       return "";
     }
+  }
+  // `show backends`' row for `backend` (ADDR:PORT) by column name; empty if it is not listed.
+  static std::map<std::string, std::string> Row(const std::string& listing,
+                                                const std::string& backend) {
+    std::vector<std::string> names, fields;
+    auto split = [](const std::string& line) {
+      std::vector<std::string> out;
+      std::string field;
+      std::istringstream in(line);
+      while (std::getline(in, field, ',')) out.push_back(field);
+      return out;
+    };
+    std::istringstream lines(listing);
+    std::map<std::string, std::string> row;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("# ", 0) == 0) {
+        names = split(line.substr(2));
+      } else if (line.find("," + backend + ",") != std::string::npos) {
+        fields = split(line);
+        for (size_t i = 0; i < names.size() && i < fields.size(); ++i) row[names[i]] = fields[i];
+      }
+    }
+    return row;
+  }
+  static uint64_t Number(const std::map<std::string, std::string>& row, const std::string& name) {
+    auto it = row.find(name);
+    return it == row.end() ? ~uint64_t{0} : std::stoull(it->second);
+  }
+  std::string Backend(uint16_t port) const {
+    return ToString(topo_.server_addr()) + ":" + std::to_string(port);
   }
   Topology topo_;
   TempDir dir_;
@@ -245,6 +295,135 @@ TEST_P(BackendsTest, DrainTakesABackendOutOfNewConnectionsOnly) {
     b_again = poll(&p, 1, 500) == 1;
   }
   EXPECT_TRUE(b_again) << "b took no connection after ready";
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// `show backends` counts each backend's sessions, failed handshakes and bytes on both paths:
+// once every client is done, they add up to what the clients sent and the backends answered.
+TEST_P(BackendsTest, SessionsAndBytesAddUpInShowBackends) {
+  NamedBackend a(topo_, kFirstBackendPort, "alpha", true),
+      b(topo_, kFirstBackendPort + 1, "be", true);
+  const std::string config = WriteConfig("", {"", ""});  // the third: nothing listens
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  constexpr int kClients = 40;
+  constexpr uint64_t kBytes = 3000;
+  std::map<std::string, int> answers;
+  for (int i = 0; i < kClients; ++i) ++answers[Ask(kBytes)];
+  EXPECT_EQ(answers[""], 0);
+  // A session's bytes are counted when it ends, which may come just after the client's end.
+  std::string listing;
+  std::map<std::string, std::string> ra, rb, dead;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  do {
+    listing = fwd->Control("show backends");
+    ra = Row(listing, Backend(kFirstBackendPort));
+    rb = Row(listing, Backend(kFirstBackendPort + 1));
+    dead = Row(listing, Backend(kFirstBackendPort + 2));
+    if (Number(ra, "current") == 0 && Number(rb, "current") == 0) break;
+    std::this_thread::sleep_for(20ms);
+  } while (std::chrono::steady_clock::now() < until);
+  const uint64_t to_a = answers["alpha"], to_b = answers["be"];
+  EXPECT_GT(to_a, 0u);
+  EXPECT_GT(to_b, 0u);
+  EXPECT_EQ(Number(ra, "current"), 0u) << listing;
+  EXPECT_EQ(Number(ra, "sessions"), to_a) << listing;
+  EXPECT_EQ(Number(rb, "sessions"), to_b) << listing;
+  EXPECT_EQ(Number(ra, "bytes_to_backend"), to_a * kBytes) << listing;
+  EXPECT_EQ(Number(rb, "bytes_to_backend"), to_b * kBytes) << listing;
+  EXPECT_EQ(Number(ra, "bytes_from_backend"), to_a * 5) << listing;
+  EXPECT_EQ(Number(rb, "bytes_from_backend"), to_b * 2) << listing;
+  EXPECT_EQ(Number(dead, "sessions"), 0u) << listing;
+  EXPECT_GE(Number(dead, "connect_failures"), 1u) << listing;
+  EXPECT_EQ(Number(ra, "connect_failures"), 0u) << listing;
+  EXPECT_EQ(ra["weight"], "1");
+  const std::string metrics = fwd->Control("show metrics");
+  EXPECT_NE(metrics.find("xdpfwd_backend_sessions_total{rule=\"0\",backend=\"" +
+                         Backend(kFirstBackendPort) + "\"} " + std::to_string(to_a) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("xdpfwd_backend_relayed_bytes_total{rule=\"0\",backend=\"" +
+                         Backend(kFirstBackendPort + 1) + "\",direction=\"to_backend\"} " +
+                         std::to_string(to_b * kBytes) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// `set weight RULE ADDR:PORT N` moves the split at once on both paths: 1:1, then 3:1.
+TEST_P(BackendsTest, SetWeightChangesTheSplit) {
+  NamedBackend a(topo_, kFirstBackendPort, "a"), b(topo_, kFirstBackendPort + 1, "b");
+  const std::string config = WriteConfig("", {""});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  std::map<std::string, int> answers;
+  for (int i = 0; i < 200; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers[""], 0);
+  EXPECT_NEAR(answers["a"], 100, 10);
+  const std::string set = fwd->Control("set weight 0 " + Backend(kFirstBackendPort) + " 3");
+  EXPECT_EQ(set.rfind("backend " + Backend(kFirstBackendPort) + " of rule 0: weight 3\n", 0), 0u)
+      << set;
+  EXPECT_EQ(Row(fwd->Control("show backends"), Backend(kFirstBackendPort))["weight"], "3");
+  answers.clear();
+  for (int i = 0; i < 400; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers[""], 0);
+  EXPECT_NEAR(answers["a"], 300, 15);
+  EXPECT_NEAR(answers["b"], 100, 15);
+  EXPECT_NE(
+      fwd->Control("set weight 0 " + Backend(kFirstBackendPort) + " 0").find("error: a weight"),
+      std::string::npos);
+  EXPECT_NE(fwd->Control("set weight 0 " + Backend(kFirstBackendPort)).find("error: expected"),
+            std::string::npos);
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// A reload whose file says [state=drain] on a backend: new clients go elsewhere, the drained
+// backend's open connection carries on, and the rule keeps its id (weights and states are not
+// a rule change). The file wins over a state set at run time: a backend drained by `set backend`
+// is ready again after the reload when the file says nothing of it.
+TEST_P(BackendsTest, AReloadAppliesTheFilesStatesAndWeights) {
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kFirstBackendPort + 1);
+  NamedBackend a(topo_, kFirstBackendPort, "a");
+  const std::string config = WriteConfig("", {""});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config,
+                                          std::string(GetParam()) == "kernel"
+                                              ? std::vector<std::string>{"--threads", "1"}
+                                              : std::vector<std::string>{});
+  const std::string b = Backend(kFirstBackendPort + 1);
+  EXPECT_EQ(Ask(), "a");
+  UniqueFd held = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+  UniqueFd held_backend(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(held_backend) << "the second client did not reach backend b";
+  fwd->Control("set backend 0 " + Backend(kFirstBackendPort) + " drain");
+
+  WriteConfig("", {"[state=drain, weight=3]"});
+  EXPECT_EQ(fwd->Control("reload"), config + ": kept 1, changed 0, added 0, removed 0\n\n");
+  const std::string listing = fwd->Control("show backends");
+  EXPECT_EQ(Row(listing, Backend(kFirstBackendPort))["admin"], "ready") << listing;
+  EXPECT_EQ(Row(listing, b)["admin"], "drain") << listing;
+  EXPECT_EQ(Row(listing, b)["weight"], "3") << listing;
+  EXPECT_EQ(Row(listing, b)["current"], "1") << listing;
+  std::map<std::string, int> answers;
+  for (int i = 0; i < 20; ++i) ++answers[Ask()];
+  EXPECT_EQ(answers["a"], 20) << "a backend drained by the reload took new connections";
+  ASSERT_EQ(send(held.get(), "x", 1, 0), 1);
+  char byte = 0;
+  ASSERT_EQ(recv(held_backend.get(), &byte, 1, 0), 1);
+  ASSERT_EQ(send(held_backend.get(), "y", 1, 0), 1);
+  ASSERT_EQ(recv(held.get(), &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'y');
+  EXPECT_EQ(fwd->Stop(), 0);
+}
+
+// A rule whose only backend is in maint refuses its clients (reset, counted as no_backend);
+// `set backend ... ready` serves them again.
+TEST_P(BackendsTest, NoReadyBackendRefusesClients) {
+  NamedBackend a(topo_, kFirstBackendPort, "a");
+  const std::string config = WriteConfig("[state=maint]", {});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config);
+  EXPECT_EQ(Ask(), "");
+  EXPECT_EQ(fwd->Relay(fwd->Stats(), "no_backend"), 1u);
+  EXPECT_EQ(Row(fwd->Control("show backends"), Backend(kFirstBackendPort))["admin"], "maint");
+  fwd->Control("set backend 0 " + Backend(kFirstBackendPort) + " ready");
+  EXPECT_EQ(Ask(), "a");
   EXPECT_EQ(fwd->Stop(), 0);
 }
 

@@ -255,6 +255,34 @@ TEST(SourceHash, SharesFollowTheWeights) {
   EXPECT_NEAR(count[2], 20'000, 0.05 * 20'000);
 }
 
+// New weights (`set weight`) on a picker in use: the source hash's table is built again for
+// them, round robin's shares follow from the next pick, least connections keeps its counts.
+TEST(SetWeights, TakeEffectAtTheNextPick) {
+  BackendPicker hash(BalanceMethod::kSourceHash, Backends({1, 1}));
+  const auto clients = RandomClients(20'000, false);
+  std::vector<size_t> picks;
+  for (const auto& c : clients) picks.push_back(PickOrDie(hash, kAllUp, 0, c));
+  EXPECT_NEAR(Shares(picks, 2)[0], 10'000, 500);
+  const uint32_t three_to_one[] = {3, 1};
+  hash.SetWeights(three_to_one);
+  picks.clear();
+  for (const auto& c : clients) picks.push_back(PickOrDie(hash, kAllUp, 0, c));
+  EXPECT_NEAR(Shares(picks, 2)[0], 15'000, 750);
+
+  BackendPicker rr(BalanceMethod::kRoundRobin, Backends({1, 1}));
+  for (int i = 0; i < 3; ++i) PickOrDie(rr, kAllUp, 0, {});
+  rr.SetWeights(three_to_one);
+  picks.clear();
+  for (int i = 0; i < 400; ++i) picks.push_back(PickOrDie(rr, kAllUp, 0, {}));
+  EXPECT_EQ(Shares(picks, 2)[0], 300);
+
+  BackendPicker least(BalanceMethod::kLeastConnections, Backends({1, 1}));
+  least.Opened(0);
+  least.Opened(0);
+  least.SetWeights(three_to_one);  // its two stay counted: 0 open on 1 is still lighter
+  EXPECT_EQ(PickOrDie(least, kAllUp, 0, {}), 1u);
+}
+
 // A connection that failed on its backend retries with that backend in `tried`: another usable
 // one, for every method, and nothing once every backend has failed.
 TEST(Retry, PicksAnotherBackend) {

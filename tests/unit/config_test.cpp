@@ -132,9 +132,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "connectaddress connectport [options]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
        "rinetd.conf:1:29: expected options in brackets (timeout=N, src=ADDRESS, proxy=v1|v2, "
-       "accept-proxy, accept-proxy-timeout=DURATION, balance=METHOD, weight=N, check=DURATION, "
-       "fall=N, rise=N) or the end of the line, found "
-       "'extra'"},
+       "accept-proxy, accept-proxy-timeout=DURATION, balance=METHOD, weight=N, state=STATE, "
+       "check=DURATION, fall=N, rise=N) or the end of the line, found 'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
       {"\n10.0.1.1 99999 10.0.0.2 9001\n",
@@ -156,7 +155,13 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
        "rinetd.conf:1:30: expected an option name (timeout, src, proxy, accept-proxy, "
-       "accept-proxy-timeout, balance, weight, check, fall, rise), found 'speed'"},
+       "accept-proxy-timeout, balance, weight, state, check, fall, rise), found 'speed'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [state=off]\n",
+       "rinetd.conf:1:36: expected ready, drain or maint for state, found 'off'"},
+      {"10.0.1.1 53/udp 10.0.0.2 53/udp [state=drain]\n",
+       "rinetd.conf:1:34: state= is for TCP rules (TCP on both sides)"},
+      {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001 [state=sleep]\n",
+       "rinetd.conf:2:30: expected ready, drain or maint for state, found 'sleep'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [balance=random]\n",
        "rinetd.conf:1:38: expected roundrobin, leastconn or source for balance, found 'random'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [check=5ms]\n",
@@ -171,11 +176,11 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "before this one"},
       {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3\n",
        "rinetd.conf:2:17: expected a port (a backend line is: backend address port [weight=N, "
-       "backup]), found the end of the line"},
+       "backup, state=STATE]), found the end of the line"},
       {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.2 9001\n",
        "rinetd.conf:2:9: 10.0.0.2:9001 is already a backend of the rule of line 1"},
       {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001 [weight=2, spare]\n",
-       "rinetd.conf:2:34: expected an option name (weight, backup), found 'spare'"},
+       "rinetd.conf:2:34: expected an option name (weight, backup, state), found 'spare'"},
       {"10.0.1.1 9000 10.0.0.2 9001\nbackend 10.0.0.3 9001 [backup=yes]\n",
        "rinetd.conf:2:24: backup takes no value"},
       {"10.0.1.1 53/udp 10.0.0.2 53/udp\nbackend 10.0.0.3 53\n",
@@ -324,6 +329,32 @@ TEST(Config, BackendLinesAddBackendsToTheRuleAbove) {
   EXPECT_NE(understood.find("backends (leastconn): 10.0.0.2:9001 weight 3, 10.0.0.3:9001 weight "
                             "2, 10.0.0.4:80 weight 1 (backup)"),
             std::string::npos)
+      << understood;
+}
+
+// [state=drain|maint] on a rule (its connect address) and on a `backend` line, beside the
+// weight; ready is the default and may be written; a rule with one backend may be drained.
+TEST(Config, BackendStatesFromTheFile) {
+  const Config c = Parsed(
+      "10.0.1.1 9000 10.0.0.2 9001 [state=drain, weight=2]\n"
+      "backend 10.0.0.3 9001 [state=maint]\n"
+      "backend 10.0.0.4 9001 [weight=3, state=ready]\n"
+      "10.0.1.1 9001 10.0.0.2 9001 [state=maint]\n");
+  const Rule& r = c.rules[0];
+  EXPECT_EQ(r.backend_admin, BackendAdmin::kDrain);
+  EXPECT_EQ(r.backend_weight, 2u);
+  EXPECT_EQ(r.more_backends[0].admin, BackendAdmin::kMaint);
+  EXPECT_EQ(r.more_backends[1].admin, BackendAdmin::kReady);
+  EXPECT_EQ(r.more_backends[1].weight, 3u);
+  const std::vector<RuleBackend> all = AllBackends(r);
+  EXPECT_EQ(all[0].admin, BackendAdmin::kDrain);
+  EXPECT_EQ(c.rules[1].backend_admin, BackendAdmin::kMaint);
+  const std::string understood = DescribeConfig(c);
+  EXPECT_NE(understood.find("10.0.0.2:9001 weight 2 (drain), 10.0.0.3:9001 weight 1 (maint), "
+                            "10.0.0.4:9001 weight 3\n"),
+            std::string::npos)
+      << understood;
+  EXPECT_NE(understood.find("backend state: maint (no new connections)"), std::string::npos)
       << understood;
 }
 

@@ -32,6 +32,24 @@ ServiceReport SampleReport() {
   r.rules = {{0, "10.0.1.1:9000", "10.0.0.2:9001", "tcp", "fast"},
              {1, "[::]:9002", "10.0.0.2:9001", "tcp", "kernel"},
              {2, "10.0.1.1:53", "10.0.0.2:53", "udp -> udp", "datagram"}};
+  HealthChecker::BackendView b;
+  b.rule_id = 0;
+  b.backend = "10.0.0.2:9001";
+  b.weight = 3;
+  b.current = 1;
+  b.sessions = 6;
+  b.connect_failures = 2;
+  b.bytes_to_backend = 4096;
+  b.bytes_from_backend = 512;
+  HealthChecker::BackendView c = b;
+  c.backend = "10.0.0.3:9001";
+  c.admin = BackendAdmin::kDrain;
+  c.checked = true;
+  c.up = false;
+  c.checks = 9;
+  c.failures = 4;
+  c.last_error = "Connection refused";
+  r.backends = {b, c};
   FastPathSnapshot total;
   total.relay.accepted = 7;
   total.relay.active = 2;
@@ -250,6 +268,38 @@ TEST(MetricsText, PerRuleFamilies) {
   EXPECT_TRUE(
       HasLine(t, "xdpfwd_rule_connect_seconds_bucket{path=\"fast\",rule=\"0\",le=\"+Inf\"} 4"));
   EXPECT_TRUE(HasLine(t, "xdpfwd_rule_first_byte_seconds_count{path=\"kernel\",rule=\"1\"} 0"));
+}
+
+// Per backend: state as one series per state, weight, sessions, failures and bytes; the same
+// in the JSON report and `show backends`' CSV.
+TEST(MetricsText, PerBackendFamilies) {
+  const ServiceReport r = SampleReport();
+  const std::string t = MetricsText(r);
+  const std::string b = "rule=\"0\",backend=\"10.0.0.2:9001\"";
+  const std::string c = "rule=\"0\",backend=\"10.0.0.3:9001\"";
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_state{" + b + ",state=\"ready\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_state{" + c + ",state=\"ready\"} 0"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_state{" + c + ",state=\"drain\"} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_up{" + c + "} 0"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_weight{" + b + "} 3"));
+  EXPECT_TRUE(HasLine(t, "# TYPE xdpfwd_backend_sessions_open gauge"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_sessions_open{" + b + "} 1"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_sessions_total{" + b + "} 6"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_connect_failures_total{" + b + "} 2"));
+  EXPECT_TRUE(
+      HasLine(t, "xdpfwd_backend_relayed_bytes_total{" + b + ",direction=\"to_backend\"} 4096"));
+  EXPECT_TRUE(
+      HasLine(t, "xdpfwd_backend_relayed_bytes_total{" + b + ",direction=\"to_client\"} 512"));
+  EXPECT_TRUE(HasLine(t, "xdpfwd_backend_check_failures_total{" + c + "} 4"));
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  ASSERT_EQ(j["backends"].size(), 2u);
+  EXPECT_EQ(j["backends"][1]["admin"], "drain");
+  EXPECT_EQ(j["backends"][0]["sessions"], 6);
+  EXPECT_EQ(BackendsCsv(r.backends),
+            "# rule,backend,admin,check,weight,current,sessions,connect_failures,"
+            "bytes_to_backend,bytes_from_backend,checks,failures,last_failure\n"
+            "0,10.0.0.2:9001,ready,unchecked,3,1,6,2,4096,512,0,0,\n"
+            "0,10.0.0.3:9001,drain,down,3,1,6,2,4096,512,9,4,Connection refused\n");
 }
 
 TEST(InfoText, SaysWhatRunsAndWhatIsWrong) {

@@ -78,8 +78,8 @@ TEST(HealthChecker, ARefusingBackendGoesDownAndComesBackUp) {
   auto checker = HealthChecker::Start(*board);
   ASSERT_TRUE(checker) << checker.error().message();
   (*checker)->SetRules({CheckedRule(7, live.port, flapping)});
-  const std::atomic<uint64_t>* bits = board->Find(7);
-  ASSERT_NE(bits, nullptr);
+  ASSERT_NE(board->Find(7), nullptr);
+  const std::atomic<uint64_t>* bits = &board->Find(7)->up;
   EXPECT_TRUE(Within(2s, [&] { return bits->load() == 0b01; })) << bits->load();
   auto view = (*checker)->View();
   ASSERT_EQ(view.size(), 2u);
@@ -128,15 +128,78 @@ TEST(HealthChecker, AKeptRuleKeepsItsStateAndProxyRulesGetALocalHeader) {
   ASSERT_EQ(got.size(), 16u);
   EXPECT_EQ(got.substr(0, 12), std::string("\r\n\r\n\0\r\nQUIT\n", 12));
   EXPECT_EQ(static_cast<uint8_t>(got[12]), 0x20);
-  const std::atomic<uint64_t>* bits = board->Find(3);
-  ASSERT_NE(bits, nullptr);
+  ASSERT_NE(board->Find(3), nullptr);
+  const std::atomic<uint64_t>* bits = &board->Find(3)->up;
   ASSERT_TRUE(Within(2s, [&] { return bits->load() == 0b01; }));
   // Reloaded with the same rule (same id) beside a new one: its verdict stays.
   Rule other = CheckedRule(4, live.port, dead.port);
   (*checker)->SetRules({rule, other});
-  EXPECT_EQ(board->Find(3), bits);
+  EXPECT_EQ(&board->Find(3)->up, bits);
   EXPECT_EQ(bits->load(), 0b01u);
   ASSERT_NE(board->Find(4), nullptr);
+}
+
+// The operator's word: the file's states and weights on the board from the start; `set backend`
+// and `set weight` at run time; a reload (ApplyFile) brings the file's back, for a kept rule
+// too; View shows weight and the counters the paths add.
+TEST(HealthChecker, StatesAndWeightsFromTheFileAndAtRunTime) {
+  auto board = std::make_unique<HealthBoard>();
+  Rule rule;
+  rule.id = 2;
+  rule.listen = ParseSocketAddress("127.0.0.1:1").value();
+  rule.backend = ParseSocketAddress("127.0.0.1:2").value();
+  rule.backend_weight = 3;
+  RuleBackend b;
+  b.address = ParseSocketAddress("127.0.0.1:3").value();
+  b.admin = BackendAdmin::kDrain;
+  rule.more_backends = {b};
+  Rule single;  // one backend, no checks: on the board only for its state
+  single.id = 4;
+  single.listen = ParseSocketAddress("127.0.0.1:4").value();
+  single.backend = ParseSocketAddress("127.0.0.1:5").value();
+  EXPECT_FALSE(HealthChecker::Covers(single));
+  single.backend_admin = BackendAdmin::kMaint;
+  EXPECT_TRUE(HealthChecker::Covers(single));
+  auto checker = HealthChecker::Start(*board);
+  ASSERT_TRUE(checker);
+  (*checker)->SetRules({rule, single});
+  HealthBoard::Entry* e = board->Find(2);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->ready.load(), 0b01u);
+  EXPECT_EQ(e->weights[0].load(), 3u);
+  EXPECT_EQ(e->weights[1].load(), 1u);
+  ASSERT_NE(board->Find(4), nullptr);
+  EXPECT_EQ(board->Find(4)->ready.load(), 0u);
+
+  ASSERT_TRUE((*checker)->SetAdmin(2, "127.0.0.1:3", BackendAdmin::kReady));
+  EXPECT_EQ(e->ready.load(), 0b11u);
+  const uint32_t generation = e->weights_generation.load();
+  ASSERT_TRUE((*checker)->SetWeight(2, "127.0.0.1:3", 7));
+  EXPECT_EQ(e->weights[1].load(), 7u);
+  EXPECT_NE(e->weights_generation.load(), generation);
+  EXPECT_FALSE((*checker)->SetWeight(2, "127.0.0.1:3", 0));
+  EXPECT_FALSE((*checker)->SetWeight(2, "127.0.0.1:3", 257));
+  const auto missing = (*checker)->SetWeight(2, "127.0.0.1:9", 2);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().message(), "rule 2 has no backend 127.0.0.1:9");
+  e->counters[1].sessions = 4;
+  e->counters[1].bytes_from_backend = 99;
+  auto view = (*checker)->View();
+  ASSERT_EQ(view.size(), 3u);
+  EXPECT_EQ(view[1].weight, 7u);
+  EXPECT_EQ(view[1].admin, BackendAdmin::kReady);
+  EXPECT_EQ(view[1].sessions, 4u);
+  EXPECT_EQ(view[1].bytes_from_backend, 99u);
+
+  // A reload of the same file: the file wins (drain again, weight 1), the counters stay.
+  (*checker)->SetRules({rule, single});
+  (*checker)->ApplyFile({rule, single});
+  EXPECT_EQ(board->Find(2), e);
+  EXPECT_EQ(e->ready.load(), 0b01u);
+  EXPECT_EQ(e->weights[1].load(), 1u);
+  view = (*checker)->View();
+  EXPECT_EQ(view[1].admin, BackendAdmin::kDrain);
+  EXPECT_EQ(view[1].sessions, 4u);
 }
 
 }  // namespace
