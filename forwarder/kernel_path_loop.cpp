@@ -20,47 +20,10 @@
 
 #include "forwarder/access.h"
 #include "forwarder/backend_choice.h"
+#include "forwarder/kernel_path_connection.h"
 #include "os/log.h"
 
 namespace xdpfwd::kernel_path {
-
-// Connection sockets are edge-triggered, registered once with IN|OUT|RDHUP and never
-// modified: backpressure is a flag in the Leg ("sink not writable, stop reading"), not an
-// EPOLL_CTL_MOD. Level-triggered would need a MOD to mask EPOLLIN while the other side is full
-// and another to arm EPOLLOUT only while waiting, or it would spin. An EPOLLOUT edge only comes
-// after a write found the send buffer full (TCP's SOCK_NOSPACE), so keeping it armed is free.
-// Listeners are level-triggered: a burst larger than one accept batch is picked up on the next
-// iteration without a queue of our own.
-struct Loop::Connection {
-  explicit Connection(bool use_splice) : to_backend(use_splice), to_client(use_splice) {}
-
-  uint64_t id = 0;  // `show sess`, `shutdown session ID`
-  Leg client, backend;
-  Direction to_backend, to_client;
-  ConnectionList::iterator self;  // in connecting_, relaying_ or ended_
-  Clock::time_point since;        // connect start while connecting, then the last byte relayed
-  Clock::time_point accepted;     // for its age in `show sess`
-  BackendLease lease;             // the backend leg's local port, given back at Finish
-  const Rule* rule = nullptr;
-  // We shut the backend leg down before its FIN arrived: its 4-tuple ends in TIME_WAIT here.
-  bool backend_closed_first = false;
-  bool connecting = true;
-  bool ended = false;
-  bool queued = false;  // in turns_
-  // For the access log: the client's address, bytes each way, and which side's end of stream
-  // was read first.
-  sockaddr_storage peer{};
-  uint64_t bytes_in = 0, bytes_out = 0;
-  std::optional<SessionResult> closed_first;
-  bool client_fin = false, backend_fin = false;  // recorded once each
-  RelayCounters* rule_counters = nullptr;        // its rule's (PathCounters::ForRule)
-  // The backend chosen (an index into the rule's backends), those whose handshakes failed for
-  // it (failover), and the list it waits in while connecting.
-  size_t backend_index = 0;
-  uint64_t tried = 0;
-  BackendChoice* backends = nullptr;
-  ConnectionList* list = nullptr;
-};
 
 namespace {
 
@@ -100,6 +63,13 @@ SessionResult SessionEnd(Loop::End why, std::optional<SessionResult> closed_firs
       return SessionResult::kShutdown;
     case Loop::End::kError:
       return SessionResult::kUnknownError;
+    case Loop::End::kProxyInvalid:
+    case Loop::End::kProxyTimeout:
+      return SessionResult::kProxyRefused;
+    case Loop::End::kDenied:
+      return SessionResult::kDenied;
+    case Loop::End::kNotAllowed:
+      return SessionResult::kNotAllowed;
   }
   return SessionResult::kUnknownError;
 }
@@ -138,15 +108,6 @@ int SocketError(int fd) {
   socklen_t len = sizeof(err);
   if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
   return err;
-}
-
-// Closes with a RST (SO_LINGER 0 drops unsent data): the peer must not mistake a cut-short
-// stream for a complete one, as it would with a FIN.
-void ResetClose(UniqueFd& fd) {
-  if (!fd) return;
-  const linger abort{1, 0};
-  setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
-  fd.reset();
 }
 
 Result<void> SetOption(int fd, int level, int name, int value, const std::string& where,
@@ -371,7 +332,10 @@ void Loop::OnListener(Listener& listener) {
       Add(counters_.errors);
       return;
     }
-    if (check_access) {
+    if (listener.rule->accept_proxy.enabled) {
+      // Allow/deny apply to the client the header names (TakeProxyHeader).
+      if (!TrustsProxy(*listener.rule, client, peer)) continue;
+    } else if (check_access) {
       const AccessVerdict verdict =
           CheckAccess(plan_->global_access, listener.rule->access,
                       ClientAddressText(reinterpret_cast<const sockaddr*>(&peer)));
@@ -402,8 +366,12 @@ void Loop::OnListener(Listener& listener) {
       ResetClose(client);
       continue;
     }
-    Add(counters_.relay.accepted);
-    Add(counters_.ForRule(listener.rule->id).accepted);
+    // An [accept-proxy] client is accepted once its header is taken (TakeProxyHeader): one
+    // refused for its header is, like one refused by allow/deny, not an accepted one.
+    if (!listener.rule->accept_proxy.enabled) {
+      Add(counters_.relay.accepted);
+      Add(counters_.ForRule(listener.rule->id).accepted);
+    }
     StartConnection(std::move(client), *listener.rule, peer);
   }
 }
@@ -433,38 +401,50 @@ bool Loop::ShedConnection(Listener& listener) {
 }
 
 void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer) {
-  BackendChoice& backends = BackendsOf(rule);
-  ConnectionList& list = rule.backend_count() > 1 ? trying_ : connecting_;
+  const bool await_header = rule.accept_proxy.enabled;
+  ConnectionList& list = await_header               ? HeaderWaits(rule)
+                         : rule.backend_count() > 1 ? trying_
+                                                    : connecting_;
   list.emplace_back(config_.use_splice);
   Connection& c = list.back();
   c.self = std::prev(list.end());
   c.list = &list;
-  c.backends = &backends;
+  c.backends = &BackendsOf(rule);
   c.id = static_cast<uint64_t>(thread_) << kIdThreadShift | ++next_id_;
   c.since = now_;
   c.accepted = now_;
+  c.opening = now_;
   c.rule = &rule;
   c.rule_counters = &counters_.ForRule(rule.id);
   c.client.fd = std::move(client);
   c.peer = peer;
+  c.awaiting_header = await_header;
   Add(counters_.relay.active);
   Add(c.rule_counters->active);
-  RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
-
   // The backend first: from here on Finish gives the pick back (least connections' counts).
-  // With nothing tried yet, the pick always finds one (BackendChoice::Pick).
-  uint8_t address[16];
-  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&peer), address);
-  c.backend_index = backends.Pick(NowMs(), 0, {address, n}).value_or(0);
-  backends.Opened(c.backend_index);
+  // [accept-proxy]: picked once the header names the client (TakeProxyHeader); until then
+  // Finish gives nothing back.
+  if (!await_header) {
+    RecordSession(rule, peer, SessionResult::kOpened, 0, 0);
+    PickBackend(c);
+  }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tagged(&c, kClientTag);
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.client.fd.get(), &ev) != 0) {
     return Finish(c, End::kError);
   }
-  OpenBackend(c);
+  if (!await_header) OpenBackend(c);
+}
+
+// With nothing tried yet, the pick always finds one (BackendChoice::Pick).
+void Loop::PickBackend(Connection& c) {
+  BackendChoice& backends = *c.backends;
+  uint8_t address[16];
+  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
+  c.backend_index = backends.Pick(NowMs(), 0, {address, n}).value_or(0);
+  backends.Opened(c.backend_index);
 }
 
 BackendChoice& Loop::BackendsOf(const Rule& rule) {
@@ -509,7 +489,7 @@ void Loop::Failover(Connection& c, End why) {
   b.Closed(c.backend_index);
   c.tried |= uint64_t{1} << c.backend_index;
   std::optional<size_t> next;
-  if (now_ - c.accepted < config_.limits.connect_timeout) {
+  if (now_ - c.opening < config_.limits.connect_timeout) {
     uint8_t address[16];
     const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
     next = b.Pick(NowMs(), c.tried, {address, n});
@@ -539,6 +519,7 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
   if (events & (EPOLLRDHUP | EPOLLHUP)) leg.hung_up = true;
   if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) leg.writable = true;
 
+  if (c.awaiting_header) return OnProxyHeaderEvent(c, events);  // no backend leg yet
   if (c.connecting) {
     // The client's bytes wait in its socket until the backend answers.
     if (client_leg) {
@@ -567,7 +548,7 @@ void Loop::OnConnected(Connection& c) {
   c.connecting = false;
   c.since = now_;
   const auto connect_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opening).count());
   counters_.relay.connect.Observe(connect_ns);
   c.rule_counters->connect.Observe(connect_ns);
   c.backends->Connected(c.backend_index);  // Finish ends the session it begins
@@ -581,12 +562,15 @@ void Loop::OnConnected(Connection& c) {
 }
 
 // The PROXY header names the client and the address it connected to (the client socket's own
-// address: a wildcard listener's rule does not say it), before any of the client's bytes, which
-// wait in the client's socket until now. A fresh connection's send buffer takes it whole.
+// address: a wildcard listener's rule does not say it; or what a received header said), before
+// any of the client's bytes, which wait in the client's socket until now. A fresh connection's
+// send buffer takes it whole.
 bool Loop::SendProxyHeader(Connection& c) {
   sockaddr_storage local{};
   socklen_t length = sizeof local;
-  if (getsockname(c.client.fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+  if (c.destination.sin6_family != AF_UNSPEC) {
+    std::memcpy(&local, &c.destination, sizeof c.destination);
+  } else if (getsockname(c.client.fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
     return false;
   }
   const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.peer),
@@ -723,14 +707,28 @@ void Loop::Finish(Connection& c, End why) {
     case End::kAdminShutdown:
       reason = &r.admin_shutdown;
       break;
+    case End::kProxyInvalid:
+      reason = &r.proxy_invalid;
+      break;
+    case End::kProxyTimeout:
+      reason = &r.proxy_timeout;
+      break;
+    case End::kDenied:
+      reason = &r.denied;
+      break;
+    case End::kNotAllowed:
+      reason = &r.not_allowed;
+      break;
   }
   if (reason != nullptr) {
     Add(*reason);
     Add(c.rule_counters->Same(r, *reason));
   }
   // A leg that failed is already dead: close it quietly. The other learns with a reset.
-  // A completed connection has sent both FINs.
-  const bool client_failed = why == End::kClientReset;
+  // A completed connection has sent both FINs. A client refused by allow/deny is closed, as
+  // rinetd closes it.
+  const bool client_failed =
+      why == End::kClientReset || why == End::kDenied || why == End::kNotAllowed;
   const bool backend_failed = why == End::kBackendReset || why == End::kBackendRefused;
   if (why == End::kCompleted || client_failed) {
     c.client.fd.reset();
@@ -752,8 +750,10 @@ void Loop::Finish(Connection& c, End why) {
   }
   ended_.splice(ended_.end(), *c.list, c.self);
   c.list = &ended_;
-  c.backends->Closed(c.backend_index);
-  if (!c.connecting) c.backends->Ended(c.backend_index, c.bytes_in, c.bytes_out);
+  if (!c.awaiting_header) {
+    c.backends->Closed(c.backend_index);
+    if (!c.connecting) c.backends->Ended(c.backend_index, c.bytes_in, c.bytes_out);
+  }
   RelayCounters::Sub(r.active);
   RelayCounters::Sub(c.rule_counters->active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
@@ -796,6 +796,7 @@ void Loop::ExpireDeadlines() {
     ReportConnectTimeout(trying_.front());
     Failover(trying_.front(), End::kBackendTimeout);  // moves it to the back, or ends it
   }
+  ExpireHeaderWaits();
   const auto idle_timeout = config_.limits.idle_timeout;
   if (idle_timeout.count() == 0) return;
   while (!relaying_.empty() && relaying_.front().since + idle_timeout <= now_) {
@@ -823,7 +824,8 @@ void Loop::ReportConnectTimeout(const Connection& c) {
 }
 
 // The epoll_wait timeout is the loop's only timer: the nearest deadline is at the front of
-// connecting_ or relaying_, so there is no timerfd and no periodic tick.
+// connecting_, trying_, relaying_ or a list of header_waits_, so there is no timerfd and no
+// periodic tick.
 int Loop::NextTimeoutMs() const {
   if (!turns_.empty()) return 0;
   std::optional<Clock::time_point> next;
@@ -836,6 +838,7 @@ int Loop::NextTimeoutMs() const {
     const auto idle = relaying_.front().since + config_.limits.idle_timeout;
     next = next ? std::min(*next, idle) : idle;
   }
+  NextHeaderDeadline(next);
   if (!next) return -1;
   const auto wait = *next - Clock::now();
   if (wait <= Clock::duration::zero()) return 0;
@@ -860,8 +863,8 @@ void Loop::AnswerDesk() {
 
 void Loop::CopyTable(std::vector<SessionRecord>& table) const {
   table.reserve(connecting_.size() + trying_.size() + relaying_.size());
-  for (const ConnectionList* list : {&connecting_, &trying_, &relaying_}) {
-    for (const Connection& c : *list) {
+  auto copy = [&](const ConnectionList& list) {
+    for (const Connection& c : list) {
       SessionRecord& r = table.emplace_back();
       r.id = c.id;
       r.rule = c.rule;
@@ -872,18 +875,25 @@ void Loop::CopyTable(std::vector<SessionRecord>& table) const {
       r.client_leg = ReadLegTcpInfo(c.client.fd.get());
       r.backend_leg = ReadLegTcpInfo(c.backend.fd.get());
     }
-  }
+  };
+  for (const ConnectionList* list : {&connecting_, &trying_, &relaying_}) copy(*list);
+  for (const auto& [timeout_ms, list] : header_waits_) copy(list);
 }
 
 // A walk of the lists rather than an index by id: an index would cost every connection an
 // insert and an erase (an allocation each) for a command an operator types.
 bool Loop::EndById(uint64_t id) {
-  for (ConnectionList* list : {&connecting_, &trying_, &relaying_}) {
-    for (Connection& c : *list) {
+  auto end = [&](ConnectionList& list) {
+    for (Connection& c : list) {
       if (c.id != id) continue;
       Finish(c, End::kAdminShutdown);  // both legs reset: not a complete stream to either peer
       return true;
     }
+    return false;
+  };
+  if (end(connecting_) || end(trying_) || end(relaying_)) return true;
+  for (auto& [timeout_ms, list] : header_waits_) {
+    if (end(list)) return true;
   }
   return false;
 }
@@ -892,6 +902,9 @@ void Loop::ResetEverything() {
   while (!connecting_.empty()) Finish(connecting_.front(), End::kStopped);
   while (!trying_.empty()) Finish(trying_.front(), End::kStopped);
   while (!relaying_.empty()) Finish(relaying_.front(), End::kStopped);
+  for (auto& [timeout_ms, list] : header_waits_) {
+    while (!list.empty()) Finish(list.front(), End::kStopped);
+  }
   ended_.clear();
   turns_.clear();
 }

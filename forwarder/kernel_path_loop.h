@@ -7,8 +7,11 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "forwarder/kernel_path_backend.h"
 #include "forwarder/kernel_path_pump.h"
 #include "forwarder/kernel_path_sessions.h"
+#include "forwarder/proxy_protocol.h"
 #include "os/flight_recorder.h"
 #include "os/log.h"
 #include "os/result.h"
@@ -69,6 +73,12 @@ class Loop {
     kError,
     kStopped,
     kAdminShutdown,  // `shutdown session ID` (KernelPath::Shutdown)
+    // [accept-proxy], before any backend leg: a malformed header or the client's end before a
+    // whole one; no whole header in time; the header's client refused by allow/deny.
+    kProxyInvalid,
+    kProxyTimeout,
+    kDenied,
+    kNotAllowed,
   };
   // Creates the epoll set, the wake-up eventfd and a listener for every rule. `config`,
   // `open_connections` and `counters` must outlive the loop; the counters may also outlive it,
@@ -119,6 +129,8 @@ class Loop {
   void OnListener(Listener& listener);
   bool ShedConnection(Listener& listener);  // true: a waiting client was reset
   void StartConnection(UniqueFd client, const Rule& rule, const sockaddr_storage& peer);
+  // The backend for c.peer, taken before anything can end c (Finish gives the pick back).
+  void PickBackend(Connection& c);
   void RecordSession(const Rule& rule, const sockaddr_storage& peer, SessionResult result,
                      uint64_t bytes_in, uint64_t bytes_out);
   void OnLegEvent(Connection& c, bool client_leg, uint32_t events);
@@ -128,6 +140,16 @@ class Loop {
   // and there is time, else the end.
   void Failover(Connection& c, End why);
   BackendChoice& BackendsOf(const Rule& rule);
+  // [accept-proxy] (kernel_path_proxy.cpp). At accept: false, and the client reset and
+  // counted, when `peer` is not of the rule's proxy-from lines.
+  bool TrustsProxy(const Rule& rule, UniqueFd& client, const sockaddr_storage& peer);
+  ConnectionList& HeaderWaits(const Rule& rule);  // c waits here until its header or deadline
+  void OnProxyHeaderEvent(Connection& c, uint32_t events);
+  void TakeProxyHeader(Connection& c, const ProxyParse& header, uint8_t* bytes);
+  void RefuseProxyHeader(Connection& c, End why, const char* what);
+  void LogProxyRefusal(const Rule& rule, const std::string& sender, const char* what);
+  void ExpireHeaderWaits();
+  void NextHeaderDeadline(std::optional<Clock::time_point>& next) const;
   void OnConnected(Connection& c);
   bool SendProxyHeader(Connection& c);  // false: the backend did not take it whole
   void Relay(Connection& c);
@@ -157,6 +179,7 @@ class Loop {
   UniqueFd spare_fd_;
   bool warned_fd_limit_ = false;
   LogThrottle connect_timeout_log_{1000};
+  LogThrottle proxy_log_{1000};  // refused PROXY headers
   std::vector<std::unique_ptr<Listener>> listeners_;
 
   // Connections live in these lists and move between them with splice (no allocation, no
@@ -167,6 +190,10 @@ class Loop {
   // until its epoll events can no longer name them.
   ConnectionList connecting_, trying_, relaying_, ended_;
   static constexpr int kFailoverShare = 3;
+  // [accept-proxy] connections waiting for their header, a list per accept-proxy-timeout (in
+  // ms): each list in accept order, so its front is its next deadline whatever the rules'
+  // timeouts. A list lives as long as the loop (as many as distinct timeouts ever served).
+  std::map<uint32_t, ConnectionList> header_waits_;
   // How each rule's connections choose among its backends, made on its first connection here.
   std::unordered_map<const Rule*, std::unique_ptr<BackendChoice>> backends_;
   std::vector<Connection*> turns_;          // spent their budget; continue next iteration

@@ -306,6 +306,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   }
   const bool accept_proxy = listener.rule->accept_proxy.enabled;
   if (accept_proxy && !ProxyTrusted(*listener.rule, ends.remote)) {
+    LogProxyRefusal(*listener.rule, ends.remote,
+                    "the sender is not of the rule's proxy-from lines");
     RelayCounters::Add(counters_.proxy_untrusted);
     RelayCounters::Add(listener.rule_counters->proxy_untrusted);
     RecordSession(*listener.rule, client_flow, SessionResult::kProxyRefused, 0, 0);
@@ -347,7 +349,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   c->client.pcb = pcb;
   if (accept_proxy) {
     c->origin = std::make_unique<ProxyOrigin>();
-    c->origin->deadline_ms = now_ms_ + listener.rule->accept_proxy.timeout_ms;
+    // One more ms: the iteration's clock is up to a ms behind, and a timeout is never early.
+    c->origin->deadline_ms = now_ms_ + listener.rule->accept_proxy.timeout_ms + 1;
   }
   live_.PushBack(*c);
   if (accept_proxy) {
@@ -357,7 +360,13 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   } else {
     ConnectingOf(*c).PushBack(*c);
   }
-  if (!accept_proxy) CountAccepted(*c);  // else once its header is read
+  // Active from here; accepted once the PROXY header (if the rule takes one) let it in.
+  if (!accept_proxy) {
+    RelayCounters::Add(counters_.accepted);
+    RelayCounters::Add(c->rule_counters->accepted);
+  }
+  RelayCounters::Add(counters_.active);
+  RelayCounters::Add(c->rule_counters->active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
   c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
@@ -371,11 +380,17 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   return scope.result();
 }
 
-void Relay::CountAccepted(Connection& c) {
-  RelayCounters::Add(counters_.accepted);
-  RelayCounters::Add(counters_.active);
-  RelayCounters::Add(c.rule_counters->accepted);
-  RelayCounters::Add(c.rule_counters->active);
+// A client refused once its connection was taken (by the allow/deny lines, judged on what its
+// PROXY header said): closed with a FIN, as a refused client is, nothing relayed; c.end says why.
+void Relay::CloseRefused(Connection& c) {
+  c.client.backlog.FreeAll();
+  if (tcp_pcb* pcb = c.client.pcb) {
+    c.client.pcb = nullptr;
+    DetachCallbacks(pcb);
+    if (lwip_pcb::Release(pcb) && pcb == in_callback_) in_callback_aborted_ = true;
+  }
+  c.end_known = true;
+  Finish(c);
 }
 
 // The backend leg of a client connection taken: the access log's "opened", a backend picked,
@@ -627,12 +642,9 @@ void Relay::AbortLeg(Leg& leg) {
 void Relay::Reset(Connection& c, std::atomic<uint64_t>& why) {
   if (c.finished) return;
   // A connection whose PROXY header is not whole is not counted accepted: whatever ends it, it
-  // ends as a refusal (a reset, a timeout, a refused client, or proxy_invalid for the rest).
-  std::atomic<uint64_t>& reason = !c.awaiting_header() || &why == &counters_.proxy_timeout ||
-                                          &why == &counters_.denied ||
-                                          &why == &counters_.not_allowed
-                                      ? why
-                                      : counters_.proxy_invalid;
+  // ends as a refusal, proxy_timeout or (a reset, a stop) proxy_invalid.
+  std::atomic<uint64_t>& reason =
+      !c.awaiting_header() || &why == &counters_.proxy_timeout ? why : counters_.proxy_invalid;
   RelayCounters::Add(reason);
   RelayCounters::Add(c.rule_counters->Same(counters_, reason));
   const RelayCounters& n = counters_;
@@ -670,16 +682,16 @@ void Relay::Finish(Connection& c) {
   if (listing_next_ == &c) listing_next_ = live_.Next(c);
   live_.Remove(c);
   if (c.awaiting_header()) {
-    awaiting_.Remove(c);  // nothing picked yet, not counted accepted
+    awaiting_.Remove(c);  // nothing picked yet
   } else {
     ConnectingOf(c).Remove(c);
     c.version->backends.Closed(c.backend_index);
     if (c.backend.connected) {  // its session's bytes, to the backend's counters
       c.version->backends.Ended(c.backend_index, c.client.relayed, c.backend.relayed);
     }
-    RelayCounters::Sub(counters_.active);
-    RelayCounters::Sub(c.rule_counters->active);
   }
+  RelayCounters::Sub(counters_.active);
+  RelayCounters::Sub(c.rule_counters->active);
   watched_.Remove(c);
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
@@ -796,7 +808,8 @@ void Relay::Progress(Leg& leg) {
 bool Relay::ExpireDeadlines() {
   bool expired = false;
   while (!awaiting_.empty() && now_ms_ >= awaiting_.front()->origin->deadline_ms) {
-    Reset(*awaiting_.front(), counters_.proxy_timeout);  // unlinks it
+    RefuseProxyHeader(*awaiting_.front(), counters_.proxy_timeout,
+                      "no whole header within its accept-proxy-timeout");  // unlinks it
     expired = true;
   }
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());

@@ -172,7 +172,7 @@ class Relay {
   // Frees the rules no listener serves and no connection uses any more.
   void RetireRules();
   int Accept(Listener& listener, tcp_pcb* pcb);
-  void CountAccepted(Connection& c);
+  void CloseRefused(Connection& c);
   void OpenBackend(Connection& c);
   std::atomic<uint64_t>* StartBackend(Connection& c);
   // The backend for `c` (c.flows.backend), among its rule's healthy ones it has not tried; false
@@ -189,6 +189,8 @@ class Relay {
   static bool ProxyTrusted(const RelayRule& rule, in_addr peer);
   void ReceiveProxyHeader(Connection& c, pbuf* p);
   void ProxyHeaderRead(Connection& c, const ProxyParse& header);
+  void RefuseProxyHeader(Connection& c, std::atomic<uint64_t>& reason, const char* what);
+  void LogProxyRefusal(const RelayRule& rule, in_addr sender, const char* what);
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);
@@ -250,6 +252,7 @@ class Relay {
   Connection* listing_next_ = nullptr;
   uint64_t next_service_ms_ = 0;
   LogThrottle connect_timeout_log_{1000};
+  LogThrottle proxy_log_{1000};  // refused PROXY headers
   // The pcb whose callback is running, and whether the relay aborted it: lwIP's contract is to
   // return ERR_ABRT from that callback if and only if its pcb was aborted.
   tcp_pcb* in_callback_ = nullptr;

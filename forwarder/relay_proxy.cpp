@@ -6,6 +6,7 @@
 // the backend leg opens as for any connection. The kernel path does the same
 // (kernel_path_proxy.cpp).
 #include <algorithm>
+#include <string>
 
 #include "forwarder/access.h"
 #include "forwarder/relay_internal.h"
@@ -19,8 +20,8 @@ bool Relay::ProxyTrusted(const RelayRule& rule, in_addr peer) {
 }
 
 void Relay::ReceiveProxyHeader(Connection& c, pbuf* p) {
-  if (p == nullptr) {  // the client ended before a whole header
-    Reset(c, counters_.proxy_invalid);
+  if (p == nullptr) {
+    RefuseProxyHeader(c, counters_.proxy_invalid, "the client ended before a whole header");
     return;
   }
   Touch(c);
@@ -31,7 +32,7 @@ void Relay::ReceiveProxyHeader(Connection& c, pbuf* p) {
   const ProxyParse header = ParseProxyHeader({bytes, n});
   if (header.status == ProxyParse::Status::kIncomplete) return;
   if (header.status == ProxyParse::Status::kInvalid) {
-    Reset(c, counters_.proxy_invalid);
+    RefuseProxyHeader(c, counters_.proxy_invalid, header.error);
     return;
   }
   ProxyHeaderRead(c, header);
@@ -53,22 +54,38 @@ void Relay::ProxyHeaderRead(Connection& c, const ProxyParse& header) {
         origin.has_addresses ? ClientAddressText(reinterpret_cast<const sockaddr*>(&origin.source))
                              : ClientAddressText(c.flows.client_flow.saddr);
     const AccessVerdict verdict = CheckAccess(config_.global_access, c.rule->access, client);
-    if (verdict != AccessVerdict::kAllowed) {
-      // Refused as a client without a header is (forwarder/access.h), though its connection was
-      // taken to read the header: reset, not closed.
-      c.end =
-          verdict == AccessVerdict::kDenied ? SessionResult::kDenied : SessionResult::kNotAllowed;
-      Reset(c, verdict == AccessVerdict::kDenied ? counters_.denied : counters_.not_allowed);
+    if (verdict != AccessVerdict::kAllowed) {  // refused as any client is: closed, not relayed
+      const bool denied = verdict == AccessVerdict::kDenied;
+      RelayCounters::Add(denied ? counters_.denied : counters_.not_allowed);
+      RelayCounters::Add(denied ? c.rule_counters->denied : c.rule_counters->not_allowed);
+      c.end = denied ? SessionResult::kDenied : SessionResult::kNotAllowed;
+      CloseRefused(c);
       return;
     }
   }
   awaiting_.Remove(c);
   origin.awaiting = false;
-  CountAccepted(c);  // a client connection from here, as any rule's
+  RelayCounters::Add(counters_.accepted);  // a client connection from here, as any rule's
+  RelayCounters::Add(c.rule_counters->accepted);
   // The connect timeout counts from here; the handshake lists stay in start order.
   c.started_ms = c.attempt_ms = now_ms_;
   ConnectingOf(c).PushBack(c);
   OpenBackend(c);
+}
+
+void Relay::RefuseProxyHeader(Connection& c, std::atomic<uint64_t>& reason, const char* what) {
+  LogProxyRefusal(*c.rule, c.flows.client_flow.saddr, what);
+  Reset(c, reason);  // counted, logged "proxy-refused"
+}
+
+// One line a second at most: a misconfigured proxy (or a scan) would refuse every connection.
+void Relay::LogProxyRefusal(const RelayRule& rule, in_addr sender, const char* what) {
+  uint64_t held_back = 0;
+  if (!proxy_log_.Count(now_ms_, held_back)) return;
+  std::string line = "relay: " + ToString(rule.listen) + ": PROXY header from " +
+                     ClientAddressText(sender) + " refused: " + what;
+  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
+  Log(line);
 }
 
 }  // namespace xdpfwd

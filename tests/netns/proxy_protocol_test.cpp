@@ -16,6 +16,7 @@
 #include "os/endpoint.h"
 #include "tests/support/forwarder_process.h"
 #include "tests/support/netns_topology.h"
+#include "tests/support/proxy_header_bytes.h"
 #include "tests/support/tcp.h"
 #include "tests/support/temp_dir.h"
 
@@ -39,26 +40,6 @@ std::string ServeOnce(int listener) {
   }
   (void)send(c.get(), "ok", 2, MSG_NOSIGNAL);
   return got;
-}
-
-// The header as doc/proxy-protocol.txt describes it, built here by hand.
-std::string V1(in_addr from, uint16_t from_port, in_addr to, uint16_t to_port) {
-  return "PROXY TCP4 " + ToString(from) + " " + ToString(to) + " " + std::to_string(from_port) +
-         " " + std::to_string(to_port) + "\r\n";
-}
-
-std::string V2(in_addr from, uint16_t from_port, in_addr to, uint16_t to_port) {
-  std::string h("\r\n\r\n\0\r\nQUIT\n", 12);
-  h += '\x21';                    // version 2, PROXY
-  h += '\x11';                    // AF_INET, STREAM
-  h += std::string("\0\x0c", 2);  // 12 bytes of addresses and ports
-  auto bytes = [&](const void* p, size_t n) { h.append(static_cast<const char*>(p), n); };
-  bytes(&from.s_addr, 4);
-  bytes(&to.s_addr, 4);
-  const uint16_t fp = htons(from_port), tp = htons(to_port);
-  bytes(&fp, 2);
-  bytes(&tp, 2);
-  return h;
 }
 
 class ProxyProtocolTest : public ::testing::TestWithParam<const char*> {};
@@ -90,9 +71,9 @@ TEST_P(ProxyProtocolTest, BackendReadsTheClientFirst) {
     char buf[64];
     for (ssize_t n; (n = recv(c.get(), buf, sizeof buf, 0)) > 0;) reply.append(buf, n);
     backend.join();
-    const std::string header = port == kV1Port
-                                   ? V1(topo.client_addr(), client_port, topo.client_gw(), port)
-                                   : V2(topo.client_addr(), client_port, topo.client_gw(), port);
+    const std::string header =
+        port == kV1Port ? ProxyV1(topo.client_addr(), client_port, topo.client_gw(), port)
+                        : ProxyV2(topo.client_addr(), client_port, topo.client_gw(), port);
     EXPECT_EQ(backend_got, header + payload) << "port " << port << "\n" << fwd->output();
     EXPECT_EQ(reply, "ok");  // nothing of the header came back to the client
   }

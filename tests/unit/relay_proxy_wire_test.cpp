@@ -1,7 +1,7 @@
 // [accept-proxy] on the fast path's relay, in-process (support/relay_wire_fixture.h): the
 // client's PROXY header read before any backend leg, dropped, and its client passed on; what is
-// refused (an untrusted peer, a malformed header, none in time, a client the allow/deny lines
-// refuse) is reset and counted, and never reaches a backend.
+// refused (an untrusted peer, a malformed header, none in time) is reset and counted, a client
+// the allow/deny lines refuse is closed, and none reaches a backend.
 #include <string>
 
 #include "tests/support/relay_wire_fixture.h"
@@ -34,6 +34,7 @@ TEST_F(RelayProxyWireTest, HeaderIsReadDroppedAndItsClientPassedOn) {
   ASSERT_TRUE(client->connected);
   EXPECT_TRUE(backends_.empty()) << "a backend leg opened before the header";
   EXPECT_EQ(Count(&RelayCounters::accepted), 0u) << "accepted counts from the header on";
+  EXPECT_EQ(Count(&RelayCounters::active), 1u);
   const std::string header = V2Header();
   client->Send(header.substr(0, 10));  // the header in two pieces
   Settle();
@@ -112,8 +113,11 @@ TEST_F(RelayProxyWireTest, AccessIsCheckedOnTheHeadersClient) {
   Peer* denied = Connect(40000);
   denied->Send("PROXY TCP4 192.0.2.7 10.0.1.1 5555 9000\r\n");
   Settle();
-  EXPECT_TRUE(denied->errored);
+  EXPECT_TRUE(denied->got_fin) << "refused as any client is: closed";
+  EXPECT_FALSE(denied->errored);
   EXPECT_EQ(Count(&RelayCounters::denied), 1u);
+  EXPECT_EQ(Count(&RelayCounters::accepted), 0u);
+  EXPECT_EQ(Count(&RelayCounters::active), 0u);
   EXPECT_TRUE(backends_.empty());
   Peer* allowed = Connect(40001);
   allowed->Send("PROXY TCP4 192.0.2.8 10.0.1.1 5556 9000\r\n");
