@@ -58,6 +58,7 @@ struct Loop::Connection {
   // it (failover), and the list it waits in while connecting.
   size_t backend_index = 0;
   uint64_t tried = 0;
+  HealthAttempt handshake;  // the backend leg's, as passive health follows it
   RuleBackends* backends = nullptr;
   ConnectionList* list = nullptr;
 };
@@ -487,6 +488,7 @@ Loop::RuleBackends& Loop::BackendsOf(const Rule& rule) {
 }
 
 void Loop::OpenBackend(Connection& c) {
+  c.handshake = c.backends->health.Began(c.backend_index, NowMs());
   BackendSocket backend =
       connector_.Connect(*c.rule, c.rule->backend_address(c.backend_index), now_);
   if (backend.lease.port != 0) Add(counters_.own_port_connects);
@@ -515,7 +517,9 @@ void Loop::OpenBackend(Connection& c) {
 // out. The failure counts toward that backend's passive health.
 void Loop::Failover(Connection& c, End why) {
   RuleBackends& b = *c.backends;
-  if (b.health.Failed(c.backend_index, NowMs())) Add(counters_.relay.backends_marked_down);
+  if (b.health.Failed(c.backend_index, NowMs(), c.handshake)) {
+    Add(counters_.relay.backends_marked_down);
+  }
   b.picker.Closed(c.backend_index);
   c.tried |= uint64_t{1} << c.backend_index;
   std::optional<size_t> next;
@@ -581,7 +585,7 @@ void Loop::OnConnected(Connection& c) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.accepted).count());
   counters_.relay.connect.Observe(connect_ns);
   c.rule_counters->connect.Observe(connect_ns);
-  c.backends->health.Succeeded(c.backend_index);
+  c.backends->health.Succeeded(c.backend_index, c.handshake);
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), *c.list, c.self);
   c.list = &relaying_;
@@ -764,6 +768,7 @@ void Loop::Finish(Connection& c, End why) {
   ended_.splice(ended_.end(), *c.list, c.self);
   c.list = &ended_;
   c.backends->picker.Closed(c.backend_index);
+  c.backends->health.Abandoned(c.backend_index, c.handshake);  // a trial without a verdict
   RelayCounters::Sub(r.active);
   RelayCounters::Sub(c.rule_counters->active);
   open_connections_.fetch_sub(1, std::memory_order_relaxed);

@@ -99,7 +99,7 @@ struct Relay::Callbacks {
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
-    c.version->health.Succeeded(c.backend_index);
+    c.version->health.Succeeded(c.backend_index, c.handshake);
     r.ConnectingOf(c).Remove(c);
     r.Touch(c);
     r.Pump(c, c.client, c.backend);
@@ -610,6 +610,7 @@ void Relay::Finish(Connection& c) {
   live_.Remove(c);
   ConnectingOf(c).Remove(c);
   c.version->picker.Closed(c.backend_index);
+  c.version->health.Abandoned(c.backend_index, c.handshake);  // a trial without a verdict
   watched_.Remove(c);
   owed_.Remove(c.client);
   owed_.Remove(c.backend);

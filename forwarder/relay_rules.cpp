@@ -96,6 +96,7 @@ bool Relay::PickBackend(Connection& c) {
   c.backend_index = *pick;
   c.flows.backend = v.backend(*pick);
   v.picker.Opened(*pick);
+  c.handshake = v.health.Began(*pick, now_ms_);
   return true;
 }
 
@@ -108,7 +109,7 @@ bool Relay::PickBackend(Connection& c) {
 void Relay::Failover(Connection& c, std::atomic<uint64_t>& reason) {
   if (c.finished) return;
   RuleVersion& v = *c.version;
-  if (v.health.Failed(c.backend_index, now_ms_)) {
+  if (v.health.Failed(c.backend_index, now_ms_, c.handshake)) {
     RelayCounters::Add(counters_.backends_marked_down);
     RelayCounters::Add(c.rule_counters->backends_marked_down);
   }
