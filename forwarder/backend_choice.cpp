@@ -38,15 +38,15 @@ std::optional<size_t> BackendChoice::Pick(uint64_t now_ms, uint64_t tried,
   return pick;
 }
 
-bool BackendChoice::Failed(size_t i, uint64_t now_ms) {
+bool BackendChoice::Failed(size_t i, uint64_t now_ms, HealthAttempt& a) {
   if (HealthBoard::BackendCounters* n = Counters(i)) {
     n->connect_failures.fetch_add(1, std::memory_order_relaxed);
   }
-  return health_.Failed(i, now_ms);
+  return health_.Failed(i, now_ms, a);
 }
 
-void BackendChoice::Connected(size_t i) {
-  health_.Succeeded(i);
+void BackendChoice::Connected(size_t i, HealthAttempt& a) {
+  health_.Succeeded(i, a);
   if (HealthBoard::BackendCounters* n = Counters(i)) {
     n->sessions.fetch_add(1, std::memory_order_relaxed);
     n->current.fetch_add(1, std::memory_order_relaxed);

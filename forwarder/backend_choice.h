@@ -38,10 +38,15 @@ class BackendChoice {
   void Opened(size_t i) { picker_.Opened(i); }
   void Closed(size_t i) { picker_.Closed(i); }
 
-  // Backend i's handshake failed: true if that marked it down (passive health).
-  bool Failed(size_t i, uint64_t now_ms);
-  // Backend i's handshake completed: a session begins on it.
-  void Connected(size_t i);
+  // A handshake with backend i begins (a pick, or a failover to it): passive health follows it
+  // (the backend's trial, after its down period) until one of the three below.
+  HealthAttempt Began(size_t i, uint64_t now_ms) { return health_.Began(i, now_ms); }
+  // Backend i's handshake `a` failed: true if that marked it down (passive health).
+  bool Failed(size_t i, uint64_t now_ms, HealthAttempt& a);
+  // Backend i's handshake `a` completed: a session begins on it.
+  void Connected(size_t i, HealthAttempt& a);
+  // The connection of handshake `a` ended before its verdict (harmless after either).
+  void Abandoned(size_t i, HealthAttempt& a) { health_.Abandoned(i, a); }
   // A session that Connected ended, with the bytes it relayed each way.
   void Ended(size_t i, uint64_t to_backend, uint64_t from_backend);
 

@@ -60,6 +60,7 @@ struct Loop::Connection {
   // it (failover), and the list it waits in while connecting.
   size_t backend_index = 0;
   uint64_t tried = 0;
+  HealthAttempt handshake;  // the backend leg's, as passive health follows it
   BackendChoice* backends = nullptr;
   ConnectionList* list = nullptr;
 };

@@ -457,6 +457,7 @@ BackendChoice& Loop::BackendsOf(const Rule& rule) {
 }
 
 void Loop::OpenBackend(Connection& c) {
+  c.handshake = c.backends->Began(c.backend_index, NowMs());
   BackendSocket backend =
       connector_.Connect(*c.rule, c.rule->backend_address(c.backend_index), now_);
   if (backend.lease.port != 0) Add(counters_.own_port_connects);
@@ -485,7 +486,7 @@ void Loop::OpenBackend(Connection& c) {
 // out. The failure counts toward that backend's passive health.
 void Loop::Failover(Connection& c, End why) {
   BackendChoice& b = *c.backends;
-  if (b.Failed(c.backend_index, NowMs())) Add(counters_.relay.backends_marked_down);
+  if (b.Failed(c.backend_index, NowMs(), c.handshake)) Add(counters_.relay.backends_marked_down);
   b.Closed(c.backend_index);
   c.tried |= uint64_t{1} << c.backend_index;
   std::optional<size_t> next;
@@ -551,7 +552,7 @@ void Loop::OnConnected(Connection& c) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opening).count());
   counters_.relay.connect.Observe(connect_ns);
   c.rule_counters->connect.Observe(connect_ns);
-  c.backends->Connected(c.backend_index);  // Finish ends the session it begins
+  c.backends->Connected(c.backend_index, c.handshake);  // Finish ends the session it begins
   Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
   relaying_.splice(relaying_.end(), *c.list, c.self);
   c.list = &relaying_;
@@ -752,6 +753,7 @@ void Loop::Finish(Connection& c, End why) {
   c.list = &ended_;
   if (!c.awaiting_header) {
     c.backends->Closed(c.backend_index);
+    c.backends->Abandoned(c.backend_index, c.handshake);  // a trial without a verdict
     if (!c.connecting) c.backends->Ended(c.backend_index, c.bytes_in, c.bytes_out);
   }
   RelayCounters::Sub(r.active);
@@ -788,7 +790,8 @@ void Loop::ExpireDeadlines() {
   const auto connect_timeout = config_.limits.connect_timeout;
   while (!connecting_.empty() && connecting_.front().since + connect_timeout <= now_) {
     ReportConnectTimeout(connecting_.front());
-    connecting_.front().backends->Failed(connecting_.front().backend_index, NowMs());
+    connecting_.front().backends->Failed(connecting_.front().backend_index, NowMs(),
+                                         connecting_.front().handshake);
     Finish(connecting_.front(), End::kBackendTimeout);
   }
   const auto share = connect_timeout / kFailoverShare;

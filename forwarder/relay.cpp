@@ -92,7 +92,7 @@ struct Relay::Callbacks {
     Relay& r = *c.relay;
     CallbackScope scope(r.in_callback_, r.in_callback_aborted_, pcb);
     leg->connected = true;
-    c.version->backends.Connected(c.backend_index);  // Finish ends the session it begins
+    c.version->backends.Connected(c.backend_index, c.handshake);  // Finish ends its session
     if (c.rule->proxy != ProxyVersion::kNone && !r.SendProxyHeader(c)) {
       r.Reset(c, r.counters_.backend_error);
       return scope.result();
@@ -686,6 +686,7 @@ void Relay::Finish(Connection& c) {
   } else {
     ConnectingOf(c).Remove(c);
     c.version->backends.Closed(c.backend_index);
+    c.version->backends.Abandoned(c.backend_index, c.handshake);  // a trial without a verdict
     if (c.backend.connected) {  // its session's bytes, to the backend's counters
       c.version->backends.Ended(c.backend_index, c.client.relayed, c.backend.relayed);
     }
@@ -815,7 +816,8 @@ bool Relay::ExpireDeadlines() {
   const auto connect_ms = static_cast<uint64_t>(config_.limits.connect_timeout.count());
   while (!connecting_.empty() && now_ms_ - connecting_.front()->started_ms >= connect_ms) {
     ReportConnectTimeout(*connecting_.front());
-    connecting_.front()->version->backends.Failed(connecting_.front()->backend_index, now_ms_);
+    connecting_.front()->version->backends.Failed(connecting_.front()->backend_index, now_ms_,
+                                                  connecting_.front()->handshake);
     Reset(*connecting_.front(), counters_.backend_timeout);  // unlinks it
     expired = true;
   }

@@ -123,12 +123,14 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   uint64_t accepted_ns = 0;  // the worker's clock when the client's connection was taken
   RelayCounters* rule_counters = nullptr;  // its rule's, beside the relay's own
   // Its rule as served, the backend it goes to (an index into the rule's), those whose
-  // handshakes failed for it, and when its current handshake began.
+  // handshakes failed for it, and when its current handshake began (with whether it is that
+  // backend's trial, for passive health).
   RuleVersion* version = nullptr;
   size_t backend_index = 0;
   uint64_t tried = 0;
   uint64_t attempt_ms = 0;
   std::unique_ptr<ProxyOrigin> origin;  // [accept-proxy] rules only
+  HealthAttempt handshake;
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }
   // Its PROXY header is not whole yet: no backend is picked, no backend leg opened.

@@ -101,6 +101,7 @@ bool Relay::PickBackend(Connection& c) {
   c.backend_index = *pick;
   c.flows.backend = v.backend(*pick);
   v.backends.Opened(*pick);
+  c.handshake = v.backends.Began(*pick, now_ms_);
   return true;
 }
 
@@ -113,7 +114,7 @@ bool Relay::PickBackend(Connection& c) {
 void Relay::Failover(Connection& c, std::atomic<uint64_t>& reason) {
   if (c.finished) return;
   RuleVersion& v = *c.version;
-  if (v.backends.Failed(c.backend_index, now_ms_)) {
+  if (v.backends.Failed(c.backend_index, now_ms_, c.handshake)) {
     RelayCounters::Add(counters_.backends_marked_down);
     RelayCounters::Add(c.rule_counters->backends_marked_down);
   }

@@ -91,9 +91,10 @@ TEST_F(BoardFixture, WeightsOnTheBoardReachThePicker) {
 
 TEST_F(BoardFixture, CountersAddUpAndStopWithTheRule) {
   BackendChoice choice(kRule, BalanceMethod::kRoundRobin, Three(), board.get());
-  choice.Connected(2);
-  choice.Connected(2);
-  EXPECT_FALSE(choice.Failed(0, 0));
+  HealthAttempt first = choice.Began(2, 0), second = choice.Began(2, 0), third = choice.Began(0, 0);
+  choice.Connected(2, first);
+  choice.Connected(2, second);
+  EXPECT_FALSE(choice.Failed(0, 0, third));
   choice.Ended(2, 100, 2000);
   const HealthBoard::BackendCounters& n = entry->counters[2];
   EXPECT_EQ(n.sessions.load(), 2u);
@@ -115,7 +116,8 @@ TEST(BackendChoice, WithoutABoardEveryBackendIsReady) {
   EXPECT_EQ(choice.Ready(), 0b111u);
   const std::array<uint8_t, 4> client{10, 1, 0, 1};
   EXPECT_EQ(choice.Pick(0, 0b011, client), 2u);
-  choice.Connected(0);  // nowhere to count: fine
+  HealthAttempt a = choice.Began(0, 0);
+  choice.Connected(0, a);  // nowhere to count: fine
   choice.Ended(0, 1, 1);
 }
 

@@ -441,6 +441,47 @@ TEST_F(RelayWireTest, RefusedBackendFailsOverAndIsMarkedDown) {
   }
 }
 
+// After its down period a dead backend gets one trial connection, not every pick: of clients
+// arriving together only that one meets the refusal (and fails over), which marks the backend
+// down again at once.
+TEST_F(RelayWireTest, ADownBackendIsTriedByOneConnectionAtATime) {
+  RelayConfig config = Config(kClosedPort);
+  config.rules[0].more_backends = {RelayBackend{{LwipWire::InAddrB(), kBackendPort}, 1, false}};
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  for (uint16_t port = 40000; port < 40006; ++port) {
+    const Pair p = Open(port);
+    ASSERT_NE(p.backend, nullptr);
+    CloseBoth(*p.client, *p.backend);
+  }
+  ASSERT_EQ(Count(&RelayCounters::backends_marked_down), 1u);
+  const uint64_t failovers = Count(&RelayCounters::backend_failovers);
+  const size_t before = backends_.size();
+  Advance(PassiveHealth::kDownMs);  // also past the closed legs' lingering ports
+  // Six clients' handshakes at once: the relay picks for all of them before any refusal.
+  std::vector<Peer*> together;
+  for (uint16_t port = 40010; port < 40016; ++port) together.push_back(Connect(port));
+  Settle();
+  EXPECT_EQ(Count(&RelayCounters::backend_failovers), failovers + 1) << "more than one trial";
+  EXPECT_EQ(Count(&RelayCounters::backends_marked_down), 2u) << "the failed trial marks it down";
+  EXPECT_EQ(Count(&RelayCounters::backend_refused), 0u);
+  ASSERT_EQ(backends_.size(), before + together.size());
+  // Each client relayed (the one that failed over is accepted last): a byte finds its backend.
+  for (size_t i = 0; i < together.size(); ++i) {
+    ASSERT_NE(together[i], nullptr);
+    EXPECT_TRUE(together[i]->connected);
+    EXPECT_FALSE(together[i]->errored);
+    const std::string mark(1, static_cast<char>('a' + i));
+    together[i]->Send(mark);
+    Settle();
+    Peer* backend = nullptr;
+    for (size_t j = before; j < backends_.size(); ++j) {
+      if (backends_[j]->received == mark) backend = backends_[j].get();
+    }
+    ASSERT_NE(backend, nullptr) << "client " << i << " not relayed";
+    CloseBoth(*together[i], *backend);
+  }
+}
+
 // A silent backend (its SYNs dropped) of a rule with several: each attempt gets a third of the
 // connect timeout, then the connection fails over, well inside the timeout.
 TEST_F(RelayWireTest, SilentBackendFailsOverWithinTheConnectTimeout) {
