@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
@@ -64,6 +65,18 @@ struct Loop::Connection {
   BackendChoice* backends = nullptr;
   ConnectionList* list = nullptr;
 };
+
+// epoll_event.data: a pointer with what it points to in its low bits.
+enum : uint64_t { kWakeTag = 0, kListenerTag = 1, kClientTag = 2, kBackendTag = 3, kTagMask = 3 };
+
+inline uint64_t Tagged(const void* p, uint64_t tag) { return reinterpret_cast<uintptr_t>(p) | tag; }
+template <typename T>
+T* Untagged(uint64_t data) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(data & ~kTagMask));
+}
+
+// A loop thread's counters have one writer: that thread (RelayCounters::Add).
+inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) { RelayCounters::Add(counter, n); }
 
 // Closes with a RST (SO_LINGER 0 drops unsent data): the peer must not mistake a cut-short
 // stream for a complete one, as it would with a FIN.

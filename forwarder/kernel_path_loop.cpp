@@ -92,17 +92,6 @@ constexpr uint64_t kTurnBudget = 1 << 20;
 // it the kernel refuses the resize and the pipe keeps a smaller size (Pipe::Create copes).
 constexpr size_t kPipeBytes = 256 * 1024;
 
-// epoll_event.data: a pointer with what it points to in its low bits.
-enum : uint64_t { kWakeTag = 0, kListenerTag = 1, kClientTag = 2, kBackendTag = 3, kTagMask = 3 };
-
-uint64_t Tagged(const void* p, uint64_t tag) { return reinterpret_cast<uintptr_t>(p) | tag; }
-template <typename T>
-T* Untagged(uint64_t data) {
-  return reinterpret_cast<T*>(static_cast<uintptr_t>(data & ~kTagMask));
-}
-
-void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) { RelayCounters::Add(counter, n); }
-
 int SocketError(int fd) {
   int err = 0;
   socklen_t len = sizeof(err);
@@ -438,80 +427,6 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   if (!await_header) OpenBackend(c);
 }
 
-// With nothing tried yet, the pick always finds one (BackendChoice::Pick).
-void Loop::PickBackend(Connection& c) {
-  BackendChoice& backends = *c.backends;
-  uint8_t address[16];
-  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
-  c.backend_index = backends.Pick(NowMs(), 0, {address, n}).value_or(0);
-  backends.Opened(c.backend_index);
-}
-
-BackendChoice& Loop::BackendsOf(const Rule& rule) {
-  auto& slot = backends_[&rule];
-  if (!slot) {
-    slot = std::make_unique<BackendChoice>(rule.id, rule.balance, PickerBackends(AllBackends(rule)),
-                                           config_.health);
-  }
-  return *slot;
-}
-
-void Loop::OpenBackend(Connection& c) {
-  c.handshake = c.backends->Began(c.backend_index, NowMs());
-  BackendSocket backend =
-      connector_.Connect(*c.rule, c.rule->backend_address(c.backend_index), now_);
-  if (backend.lease.port != 0) Add(counters_.own_port_connects);
-  if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
-  if (backend.kernel_no_port) Add(counters_.kernel_no_port);
-  if (backend.err != 0) {
-    if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
-    // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
-    return Failover(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
-  }
-  c.backend.fd = std::move(backend.fd);
-  c.lease = backend.lease;
-  Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
-  // The backend's first EPOLLOUT (or EPOLLERR) says how the handshake went.
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  ev.data.u64 = Tagged(&c, kBackendTag);
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.backend.fd.get(), &ev) != 0) {
-    return Finish(c, End::kError);
-  }
-}
-
-// Nothing has gone to the failed backend (the client's bytes wait in its socket until a
-// handshake completes), so the client never learns: another backend takes the connection, as
-// long as the rule has one left, untried, and the connect timeout since the accept has not run
-// out. The failure counts toward that backend's passive health.
-void Loop::Failover(Connection& c, End why) {
-  BackendChoice& b = *c.backends;
-  if (b.Failed(c.backend_index, NowMs(), c.handshake)) Add(counters_.relay.backends_marked_down);
-  b.Closed(c.backend_index);
-  c.tried |= uint64_t{1} << c.backend_index;
-  std::optional<size_t> next;
-  if (now_ - c.opening < config_.limits.connect_timeout) {
-    uint8_t address[16];
-    const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
-    next = b.Pick(NowMs(), c.tried, {address, n});
-  }
-  if (!next) {
-    b.Opened(c.backend_index);  // Finish closes it
-    return Finish(c, why);
-  }
-  Add(counters_.relay.backend_failovers);
-  Add(c.rule_counters->backend_failovers);
-  // The failed leg: its socket is closed (and leaves the epoll set), its port given back.
-  c.backend = Leg{};
-  connector_.Release(c.lease, false, now_);
-  c.lease = BackendLease{};
-  c.backend_index = *next;
-  b.Opened(c.backend_index);
-  c.since = now_;
-  c.list->splice(c.list->end(), *c.list, c.self);  // its new attempt's deadline is the latest
-  OpenBackend(c);
-}
-
 void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
   if (c.ended) return;  // ended earlier in this batch
   Leg& leg = client_leg ? c.client : c.backend;
@@ -543,40 +458,6 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
     if (err != 0) return Finish(c, client_leg ? End::kClientReset : End::kBackendReset);
   }
   Relay(c);
-}
-
-void Loop::OnConnected(Connection& c) {
-  c.connecting = false;
-  c.since = now_;
-  const auto connect_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opening).count());
-  counters_.relay.connect.Observe(connect_ns);
-  c.rule_counters->connect.Observe(connect_ns);
-  c.backends->Connected(c.backend_index, c.handshake);  // Finish ends the session it begins
-  Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
-  relaying_.splice(relaying_.end(), *c.list, c.self);
-  c.list = &relaying_;
-  if (c.rule->proxy != ProxyVersion::kNone && !SendProxyHeader(c)) {
-    return Finish(c, End::kBackendError);
-  }
-  Relay(c);  // bytes the client sent meanwhile
-}
-
-// The PROXY header names the client and the address it connected to (the client socket's own
-// address: a wildcard listener's rule does not say it; or what a received header said), before
-// any of the client's bytes, which wait in the client's socket until now. A fresh connection's
-// send buffer takes it whole.
-bool Loop::SendProxyHeader(Connection& c) {
-  sockaddr_storage local{};
-  socklen_t length = sizeof local;
-  if (c.destination.sin6_family != AF_UNSPEC) {
-    std::memcpy(&local, &c.destination, sizeof c.destination);
-  } else if (getsockname(c.client.fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
-    return false;
-  }
-  const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.peer),
-                                        reinterpret_cast<const sockaddr*>(&local));
-  return send(c.backend.fd.get(), h.bytes, h.size, MSG_NOSIGNAL) == static_cast<ssize_t>(h.size);
 }
 
 void Loop::Relay(Connection& c) {
@@ -848,57 +729,6 @@ int Loop::NextTimeoutMs() const {
   // Rounded up: waking before the deadline would only cost another epoll_wait.
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
-
-// A question from another thread (KernelPath::Connections, KernelPath::Shutdown), between two
-// batches. A copy of the table walks every connection and reads two TCP_INFOs each: O(open
-// connections) syscalls, paid only when someone asks.
-void Loop::AnswerDesk() {
-  desk_waiting_ = false;
-  std::optional<SessionDesk::Request> request = desk_.Take();
-  if (!request) return;  // the wake-up was a plan or a stop
-  SessionDesk::Answer answer;
-  answer.generation = request->generation;
-  if (request->end) answer.ended = EndById(*request->end);
-  if (request->table) CopyTable(answer.table);
-  desk_.Reply(std::move(answer));
-}
-
-void Loop::CopyTable(std::vector<SessionRecord>& table) const {
-  table.reserve(connecting_.size() + trying_.size() + relaying_.size());
-  auto copy = [&](const ConnectionList& list) {
-    for (const Connection& c : list) {
-      SessionRecord& r = table.emplace_back();
-      r.id = c.id;
-      r.rule = c.rule;
-      r.client = c.peer;
-      r.accepted = c.accepted;
-      r.bytes_to_backend = c.bytes_in;
-      r.bytes_to_client = c.bytes_out;
-      r.client_leg = ReadLegTcpInfo(c.client.fd.get());
-      r.backend_leg = ReadLegTcpInfo(c.backend.fd.get());
-    }
-  };
-  for (const ConnectionList* list : {&connecting_, &trying_, &relaying_}) copy(*list);
-  for (const auto& [timeout_ms, list] : header_waits_) copy(list);
-}
-
-// A walk of the lists rather than an index by id: an index would cost every connection an
-// insert and an erase (an allocation each) for a command an operator types.
-bool Loop::EndById(uint64_t id) {
-  auto end = [&](ConnectionList& list) {
-    for (Connection& c : list) {
-      if (c.id != id) continue;
-      Finish(c, End::kAdminShutdown);  // both legs reset: not a complete stream to either peer
-      return true;
-    }
-    return false;
-  };
-  if (end(connecting_) || end(trying_) || end(relaying_)) return true;
-  for (auto& [timeout_ms, list] : header_waits_) {
-    if (end(list)) return true;
-  }
-  return false;
 }
 
 void Loop::ResetEverything() {

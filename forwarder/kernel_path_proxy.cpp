@@ -18,8 +18,6 @@ namespace xdpfwd::kernel_path {
 
 namespace {
 
-void Add(std::atomic<uint64_t>& counter) { RelayCounters::Add(counter, 1); }
-
 bool FromProxy(const AcceptProxy& accept, const std::string& peer) {
   return std::any_of(accept.from.begin(), accept.from.end(),
                      [&](const AccessPattern& p) { return GlobMatch(peer, p.pattern); });

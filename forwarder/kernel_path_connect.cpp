@@ -1,0 +1,120 @@
+// A kernel-path connection's backend leg (see kernel_path_loop.h): the pick among the rule's
+// backends, the connect, failover when a handshake fails, and the PROXY header it starts with.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "forwarder/kernel_path_connection.h"
+
+namespace xdpfwd::kernel_path {
+
+// With nothing tried yet, the pick always finds one (BackendChoice::Pick).
+void Loop::PickBackend(Connection& c) {
+  BackendChoice& backends = *c.backends;
+  uint8_t address[16];
+  const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
+  c.backend_index = backends.Pick(NowMs(), 0, {address, n}).value_or(0);
+  backends.Opened(c.backend_index);
+}
+
+BackendChoice& Loop::BackendsOf(const Rule& rule) {
+  auto& slot = backends_[&rule];
+  if (!slot) {
+    slot = std::make_unique<BackendChoice>(rule.id, rule.balance, PickerBackends(AllBackends(rule)),
+                                           config_.health);
+  }
+  return *slot;
+}
+
+void Loop::OpenBackend(Connection& c) {
+  c.handshake = c.backends->Began(c.backend_index, NowMs());
+  BackendSocket backend =
+      connector_.Connect(*c.rule, c.rule->backend_address(c.backend_index), now_);
+  if (backend.lease.port != 0) Add(counters_.own_port_connects);
+  if (backend.retries != 0) Add(counters_.port_retries, backend.retries);
+  if (backend.kernel_no_port) Add(counters_.kernel_no_port);
+  if (backend.err != 0) {
+    if (backend.err == EADDRNOTAVAIL) return Finish(c, End::kBackendNoPort);
+    // ECONNREFUSED, ENETUNREACH (no route), EMFILE, ENOBUFS, ...
+    return Failover(c, backend.err == ECONNREFUSED ? End::kBackendRefused : End::kBackendError);
+  }
+  c.backend.fd = std::move(backend.fd);
+  c.lease = backend.lease;
+  Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
+  // The backend's first EPOLLOUT (or EPOLLERR) says how the handshake went.
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = Tagged(&c, kBackendTag);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.backend.fd.get(), &ev) != 0) {
+    return Finish(c, End::kError);
+  }
+}
+
+// Nothing has gone to the failed backend (the client's bytes wait in its socket until a
+// handshake completes), so the client never learns: another backend takes the connection, as
+// long as the rule has one left, untried, and the connect timeout since the accept has not run
+// out. The failure counts toward that backend's passive health.
+void Loop::Failover(Connection& c, End why) {
+  BackendChoice& b = *c.backends;
+  if (b.Failed(c.backend_index, NowMs(), c.handshake)) Add(counters_.relay.backends_marked_down);
+  b.Closed(c.backend_index);
+  c.tried |= uint64_t{1} << c.backend_index;
+  std::optional<size_t> next;
+  if (now_ - c.opening < config_.limits.connect_timeout) {
+    uint8_t address[16];
+    const size_t n = ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.peer), address);
+    next = b.Pick(NowMs(), c.tried, {address, n});
+  }
+  if (!next) {
+    b.Opened(c.backend_index);  // Finish closes it
+    return Finish(c, why);
+  }
+  Add(counters_.relay.backend_failovers);
+  Add(c.rule_counters->backend_failovers);
+  // The failed leg: its socket is closed (and leaves the epoll set), its port given back.
+  c.backend = Leg{};
+  connector_.Release(c.lease, false, now_);
+  c.lease = BackendLease{};
+  c.backend_index = *next;
+  b.Opened(c.backend_index);
+  c.since = now_;
+  c.list->splice(c.list->end(), *c.list, c.self);  // its new attempt's deadline is the latest
+  OpenBackend(c);
+}
+
+void Loop::OnConnected(Connection& c) {
+  c.connecting = false;
+  c.since = now_;
+  const auto connect_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opening).count());
+  counters_.relay.connect.Observe(connect_ns);
+  c.rule_counters->connect.Observe(connect_ns);
+  c.backends->Connected(c.backend_index, c.handshake);  // Finish ends the session it begins
+  Trace(c, RecorderEvent::kBackendEstablished, RecorderLeg::kBackend);
+  relaying_.splice(relaying_.end(), *c.list, c.self);
+  c.list = &relaying_;
+  if (c.rule->proxy != ProxyVersion::kNone && !SendProxyHeader(c)) {
+    return Finish(c, End::kBackendError);
+  }
+  Relay(c);  // bytes the client sent meanwhile
+}
+
+// The PROXY header names the client and the address it connected to (the client socket's own
+// address: a wildcard listener's rule does not say it; or what a received header said), before
+// any of the client's bytes, which wait in the client's socket until now. A fresh connection's
+// send buffer takes it whole.
+bool Loop::SendProxyHeader(Connection& c) {
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (c.destination.sin6_family != AF_UNSPEC) {
+    std::memcpy(&local, &c.destination, sizeof c.destination);
+  } else if (getsockname(c.client.fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+    return false;
+  }
+  const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.peer),
+                                        reinterpret_cast<const sockaddr*>(&local));
+  return send(c.backend.fd.get(), h.bytes, h.size, MSG_NOSIGNAL) == static_cast<ssize_t>(h.size);
+}
+
+}  // namespace xdpfwd::kernel_path
