@@ -8,7 +8,7 @@
 
 #include "os/clock.h"
 #include "os/endpoint.h"
-#include "xdp/steer_shared.h"
+#include "xdp/rx_meta.h"
 
 extern "C" {
 #include "lwip/inet_chksum.h"

@@ -20,7 +20,7 @@
 
 namespace xdpfwd {
 
-class FlowWalk;  // steer.cpp: a resumable walk over the flow map in batches
+class FlowWalk;  // steer_private.h: a resumable walk over the flow map in batches
 
 enum class SteerReason : uint32_t {
   kRedirectNewFlow = STEER_REDIRECT_NEW_FLOW,

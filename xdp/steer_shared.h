@@ -1,11 +1,14 @@
-/* Shared between xdp/steer.bpf.c and C++ (xdp/steer.h): map keys and values, reason codes.
- * The C++ side static_asserts every size and offset, so the two can never drift. Addresses
- * and ports are in network byte order, as on the wire. */
+/* Shared between xdp/steer.bpf.c and C++ (xdp/steer.h): map keys and values, reason codes,
+ * and (from rx_meta.h, which the stack includes alone) what the program writes in front of a
+ * frame. The C++ side static_asserts every size and offset, so the two can never drift.
+ * Addresses and ports are in network byte order, as on the wire. */
 #ifndef XDPFWD_STEER_SHARED_H
 #define XDPFWD_STEER_SHARED_H
 
 #include <linux/bpf.h>
 #include <linux/types.h>
+
+#include "rx_meta.h" /* struct steer_rx_meta: what the program writes before a frame */
 
 #define STEER_PROG_NAME "xdpfwd_steer"
 #define STEER_MAX_QUEUES 64
@@ -66,17 +69,6 @@ struct steer_owner {
   __u32 pad;
   __u64 start_time; /* field 22 of /proc/<pid>/stat: guards against PID reuse */
 };
-
-/* Written in front of every redirected frame (bpf_xdp_adjust_meta): copy mode copies it into
- * the UMEM frame just before the packet, where zero-copy drivers keep it too. With N
- * workers the one that receives a frame reads which worker owns its flow and hands the frame
- * over when that is another (docs/stack.md, "Next step"). The magic tells a stamped frame
- * from headroom nobody wrote. */
-struct steer_rx_meta {
-  __u32 owner; /* steer_flow.owner of the frame's flow */
-  __u32 magic; /* STEER_RX_META_MAGIC */
-};
-#define STEER_RX_META_MAGIC 0x58444d31u /* "XDM1" */
 
 struct steer_counter {
   __u64 packets;
