@@ -91,6 +91,26 @@ std::string LastCell(const std::string& row) {
   return begin == std::string::npos ? "" : row.substr(begin + 2, end - begin - 2);
 }
 
+// Every row measured: a number in each cell ("—" is a measurement without one), and neither
+// "not measured" nor "FAILED".
+void ExpectMeasured(const std::vector<std::string>& rows) {
+  for (const std::string& row : rows) {
+    EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
+    EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
+    EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
+  }
+}
+
+// A fast-path connection-rate row: its CPU per connection is the worker's busy time, and its
+// ports ("client / server", the last cell) are its own among those `ports` has seen.
+void ExpectOwnFastRateRow(const std::string& label, const std::string& row,
+                          std::set<std::string>& ports) {
+  EXPECT_NE(row.find("busy"), std::string::npos) << row;
+  const std::string own = LastCell(row);
+  EXPECT_NE(own.find(" / "), std::string::npos) << "no ports in the rate row: " << row;
+  EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+}
+
 TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
   const std::filesystem::path out =
@@ -159,15 +179,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     const auto rows = RowsFor(table, label);
     ASSERT_EQ(rows.size(), 2u) << label << ": a connection-rate row and an access-log row:\n"
                                << table;
-    for (const std::string& row : rows) {
-      EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
-      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
-      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
-    }
-    EXPECT_NE(rows[0].find("busy"), std::string::npos) << rows[0];
-    const std::string own = LastCell(rows[0]);
-    EXPECT_NE(own.find(" / "), std::string::npos) << "no ports in the rate row: " << rows[0];
-    EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+    ExpectMeasured(rows);
+    ExpectOwnFastRateRow(label, rows[0], ports);
     const auto cells = Cells(rows[1]);
     ASSERT_EQ(cells.size(), 9u) << rows[1];
     // "2,000" whole lines against "2,000 (1,000 accepted)" expected; none torn, dropped or
@@ -187,14 +200,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
     const std::string label = "xdpfwd --path xdp, PROXY v2 header";
     const auto rows = RowsFor(table, label);
     ASSERT_EQ(rows.size(), 2u) << label << ": a connection-rate row and a PROXY row:\n" << table;
-    for (const std::string& row : rows) {
-      EXPECT_EQ(row.find("—"), std::string::npos) << "a measurement produced no number: " << row;
-      EXPECT_EQ(row.find("not measured"), std::string::npos) << row;
-      EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
-    }
-    EXPECT_NE(rows[0].find("busy"), std::string::npos) << rows[0];
-    const std::string own = LastCell(rows[0]);
-    EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+    ExpectMeasured(rows);
+    ExpectOwnFastRateRow(label, rows[0], ports);
     const auto cells = Cells(rows[1]);
     ASSERT_EQ(cells.size(), 6u) << rows[1];
     // "1,000 / 1,000": as many headers as connections, and some.
@@ -219,10 +226,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
       EXPECT_EQ(row.find("FAILED"), std::string::npos) << row;
     }
     if (norec) {
-      EXPECT_EQ(rows[1].find("—"), std::string::npos) << rows[1];
-      EXPECT_NE(rows[1].find("busy"), std::string::npos) << rows[1];
-      const std::string own = LastCell(rows[1]);
-      EXPECT_TRUE(ports.insert(own).second) << label << " shares its ports " << own;
+      ExpectMeasured({rows[1]});
+      ExpectOwnFastRateRow(label, rows[1], ports);
     }
   }
   // "Flight recorder cost": 8 metrics (bulk -P 1 / -P 8, rr 1 and 64 connections p50 / p99,
