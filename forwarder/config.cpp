@@ -326,15 +326,17 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
   return ForEachOption(
       w, where,
       "timeout=N, src=ADDRESS, proxy=v1|v2, accept-proxy, accept-proxy-timeout=DURATION, "
-      "balance=METHOD, weight=N, state=STATE, check=DURATION, fall=N, rise=N",
+      "balance=METHOD, weight=N, state=STATE, check=DURATION, fall=N, rise=N, "
+      "retry-on=empty-response",
       [&](const Option& o) -> Result<void> {
         if (o.key != "timeout" && o.key != "src" && o.key != "proxy" && o.key != "balance" &&
             o.key != "weight" && o.key != "state" && o.key != "check" && o.key != "fall" &&
-            o.key != "rise" && o.key != "accept-proxy" && o.key != "accept-proxy-timeout") {
+            o.key != "rise" && o.key != "accept-proxy" && o.key != "accept-proxy-timeout" &&
+            o.key != "retry-on") {
           return where.At(o.key_column,
                           "expected an option name (timeout, src, proxy, accept-proxy, "
-                          "accept-proxy-timeout, balance, weight, state, check, fall, rise), "
-                          "found " +
+                          "accept-proxy-timeout, balance, weight, state, check, fall, rise, "
+                          "retry-on), found " +
                               Quote(o.key));
         }
         if (o.key == "accept-proxy") {
@@ -417,6 +419,15 @@ Result<void> ParseOptions(const Word& w, Rule& rule, const Where& where) {
                                                 Quote(value));
           }
           rule.backend_weight = *weight;
+        } else if (o.key == "retry-on") {
+          if (value != "empty-response") {
+            return where.At(o.value_column,
+                            "expected empty-response for retry-on, found " + Quote(value));
+          }
+          if (!rule.is_stream()) {
+            return where.At(o.key_column, "retry-on= is for TCP rules (TCP on both sides)");
+          }
+          rule.retry_empty_response = true;
         } else if (o.key == "state") {
           auto admin = StateOption(o, where);
           if (!admin) return admin.error();
@@ -726,6 +737,11 @@ std::string DescribeConfig(const Config& config) {
     if (r.proxy != ProxyVersion::kNone) {
       out << "  PROXY protocol " << ProxyVersionName(r.proxy)
           << " header first on every backend connection\n";
+    }
+    if (r.retry_empty_response) {
+      out << "  a backend that ends before answering is retried on another backend, the client's "
+             "first "
+          << kRetryBytes / 1024 << " KiB sent again (retry-on=empty-response)\n";
     }
     if (r.accept_proxy.enabled) {
       out << "  PROXY protocol header (v1 or v2) read first from every client, within "

@@ -215,6 +215,7 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     w.access = rules[k].access;
     w.proxy = rules[k].proxy;
     w.accept_proxy = rules[k].accept_proxy;
+    w.retry_empty_response = rules[k].retry_empty_response;
     w.backend_weight = rules[k].backend_weight;
     w.balance = rules[k].balance;
     for (const RuleBackend& b : rules[k].more_backends) {

@@ -149,6 +149,7 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.access = w.access;
     rr.proxy = w.proxy;
     rr.accept_proxy = w.accept_proxy;
+    rr.retry_empty_response = w.retry_empty_response;
     rr.backend_weight = w.backend_weight;
     rr.more_backends = w.more_backends;
     rr.balance = w.balance;

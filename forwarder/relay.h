@@ -44,6 +44,7 @@ struct RelayRule : FlowRoute {
   std::vector<AccessPattern> access;         // the rule's own allow/deny lines (forwarder/access.h)
   ProxyVersion proxy = ProxyVersion::kNone;  // a PROXY header first toward the backend
   AcceptProxy accept_proxy;                  // a PROXY header first from the client
+  bool retry_empty_response = false;         // [retry-on=empty-response] (rules.h)
   // Several backends: FlowRoute::backend is the first (its weight here), then these; each
   // connection takes one (forwarder/balance.h) and fails over to another if its handshake
   // fails.

@@ -66,7 +66,10 @@ struct RelayLimits {
   X(proxy_invalid, counter,                                                                   \
     "reset: a malformed PROXY header, or the connection ended before a whole one")            \
   X(proxy_untrusted, counter, "reset: an [accept-proxy] client not of the proxy-from lines")  \
-  X(proxy_timeout, counter, "reset: no whole PROXY header within accept-proxy-timeout")
+  X(proxy_timeout, counter, "reset: no whole PROXY header within accept-proxy-timeout")       \
+  X(backend_retries, counter,                                                                 \
+    "backend legs that ended before answering, made again to another backend with the "       \
+    "client's bytes ([retry-on=empty-response])")
 
 // A plain copy, summable across threads and paths.
 struct RelayTotals {

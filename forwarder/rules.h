@@ -65,6 +65,10 @@ struct AcceptProxy {
   std::vector<AccessPattern> from;  // `proxy-from PATTERN` lines (allow is true in each)
 };
 
+// How much of a [retry-on=empty-response] client's stream is kept to be sent again: its first
+// bytes, until the backend answers (a request, not a stream).
+inline constexpr size_t kRetryBytes = 16 * 1024;
+
 // rinetd's UDP association idle limit when a rule has no [timeout=N] (rinetd.8).
 inline constexpr uint32_t kDefaultUdpTimeoutS = 72;
 
@@ -114,6 +118,11 @@ struct Rule {
   // [proxy=v1|v2]: a PROXY protocol header first on every backend connection (TCP backends).
   ProxyVersion proxy = ProxyVersion::kNone;
   AcceptProxy accept_proxy;
+  // [retry-on=empty-response]: a backend connection that ends (reset or closed) before the
+  // backend sent a byte, while the client has sent at most kRetryBytes, is made again to another
+  // backend of the rule and the client's bytes are sent again; the client never learns. For
+  // protocols whose requests may be sent twice: the backend that died may have acted on it.
+  bool retry_empty_response = false;
   // allow/deny lines after this rule and before the next: the rule's own access list.
   std::vector<AccessPattern> access;
 

@@ -79,8 +79,14 @@ bool SameRule(const Rule& a, const Rule& b) {
       HealthChecker::Covers(a) != HealthChecker::Covers(b) ||
       a.more_backends.size() != b.more_backends.size() || a.check_ms != b.check_ms ||
       a.check_fall != b.check_fall || a.check_rise != b.check_rise ||
-      a.access.size() != b.access.size()) {
+      a.access.size() != b.access.size() || a.retry_empty_response != b.retry_empty_response ||
+      a.accept_proxy.enabled != b.accept_proxy.enabled ||
+      a.accept_proxy.timeout_ms != b.accept_proxy.timeout_ms ||
+      a.accept_proxy.from.size() != b.accept_proxy.from.size()) {
     return false;
+  }
+  for (size_t i = 0; i < a.accept_proxy.from.size(); ++i) {
+    if (a.accept_proxy.from[i].pattern != b.accept_proxy.from[i].pattern) return false;
   }
   for (size_t i = 0; i < a.more_backends.size(); ++i) {
     const RuleBackend &x = a.more_backends[i], &y = b.more_backends[i];

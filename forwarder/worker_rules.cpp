@@ -102,6 +102,7 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
     for (in_addr a : r.sources) w.Put(a.s_addr);
     w.Patterns(r.access);
     w.Put(static_cast<uint8_t>(r.proxy));
+    w.Put(static_cast<uint8_t>(r.retry_empty_response ? 1 : 0));
     w.Put(static_cast<uint8_t>(r.accept_proxy.enabled ? 1 : 0));
     w.Put(r.accept_proxy.timeout_ms);
     w.Patterns(r.accept_proxy.from);
@@ -123,8 +124,8 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
   Reader r(in, bytes);
   WorkerRuleSet set;
   uint32_t rules = 0;
-  // A rule is 47 bytes at least (no sources, no patterns, one backend).
-  if (!r.Patterns(set.global_access) || !r.Count(rules, 47)) return std::nullopt;
+  // A rule is 48 bytes at least (no sources, no patterns, one backend).
+  if (!r.Patterns(set.global_access) || !r.Count(rules, 48)) return std::nullopt;
   for (uint32_t i = 0; i < rules; ++i) {
     WorkerRule w;
     uint32_t sources = 0;
@@ -143,12 +144,13 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
       return std::nullopt;
     }
     w.proxy = static_cast<ProxyVersion>(proxy);
-    uint8_t accept_proxy = 0;
-    if (!r.Get(accept_proxy) || accept_proxy > 1 || !r.Get(w.accept_proxy.timeout_ms) ||
-        !r.Patterns(w.accept_proxy.from)) {
+    uint8_t retry = 0, accept_proxy = 0;
+    if (!r.Get(retry) || retry > 1 || !r.Get(accept_proxy) || accept_proxy > 1 ||
+        !r.Get(w.accept_proxy.timeout_ms) || !r.Patterns(w.accept_proxy.from)) {
       return std::nullopt;
     }
     w.accept_proxy.enabled = accept_proxy == 1;
+    w.retry_empty_response = retry == 1;
     uint8_t balance = 0;
     uint32_t backends = 0;
     if (!r.Get(balance) || balance > uint8_t(BalanceMethod::kSourceHash) ||

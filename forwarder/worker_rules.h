@@ -32,6 +32,7 @@ struct WorkerRule {
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
   AcceptProxy accept_proxy;
+  bool retry_empty_response = false;
   // Several backends: `backend` first, with this weight, then these (forwarder/relay.h).
   uint32_t backend_weight = 1;
   std::vector<RelayBackend> more_backends;

@@ -133,7 +133,8 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
       {"10.0.1.1 9000 10.0.0.2 9001 extra\n",
        "rinetd.conf:1:29: expected options in brackets (timeout=N, src=ADDRESS, proxy=v1|v2, "
        "accept-proxy, accept-proxy-timeout=DURATION, balance=METHOD, weight=N, state=STATE, "
-       "check=DURATION, fall=N, rise=N) or the end of the line, found 'extra'"},
+       "check=DURATION, fall=N, rise=N, retry-on=empty-response) or the end of the line, found "
+       "'extra'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [timeout=5] x\n",
        "rinetd.conf:1:41: expected the end of the rule, found 'x'"},
       {"\n10.0.1.1 99999 10.0.0.2 9001\n",
@@ -155,7 +156,10 @@ TEST(Config, ErrorsPointAtLineAndColumn) {
        "rinetd.conf:1:38: expected a number of seconds (1 or more) for timeout, found '0'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [speed=5]\n",
        "rinetd.conf:1:30: expected an option name (timeout, src, proxy, accept-proxy, "
-       "accept-proxy-timeout, balance, weight, state, check, fall, rise), found 'speed'"},
+       "accept-proxy-timeout, balance, weight, state, check, fall, rise, retry-on), found "
+       "'speed'"},
+      {"10.0.1.1 9000 10.0.0.2 9001 [retry-on=conn-failure]\n",
+       "rinetd.conf:1:39: expected empty-response for retry-on, found 'conn-failure'"},
       {"10.0.1.1 9000 10.0.0.2 9001 [state=off]\n",
        "rinetd.conf:1:36: expected ready, drain or maint for state, found 'off'"},
       {"10.0.1.1 53/udp 10.0.0.2 53/udp [state=drain]\n",
@@ -294,6 +298,20 @@ TEST(Config, AcceptProxyReadsTheHeaderFromTheSourcesOfProxyFromLines) {
       ErrorOf("10.0.1.1 9000 10.0.0.2 9001 [accept-proxy]\nproxy-from proxy.example\n"),
       "rinetd.conf:2:12: expected an address pattern (digits, hex digits, '.', ':', '*', '?'; "
       "host names are not matched), found 'proxy.example'");
+}
+
+// [retry-on=empty-response]: the rule's backend connections may be made again with the client's
+// first bytes (relay's Retry); DescribeConfig says so.
+TEST(Config, RetryOnEmptyResponse) {
+  const Config c = Parsed(
+      "10.0.1.1 9000 10.0.0.2 9001 [retry-on=empty-response]\n"
+      "backend 10.0.0.3 9001\n"
+      "10.0.1.1 9001 10.0.0.2 9001\n");
+  EXPECT_TRUE(c.rules[0].retry_empty_response);
+  EXPECT_FALSE(c.rules[1].retry_empty_response);
+  EXPECT_NE(DescribeConfig(c).find("retried on another backend, the client's first 16 KiB"),
+            std::string::npos)
+      << DescribeConfig(c);
 }
 
 // `backend` lines add backends to the rule above them (weights, backups), and the rule's own

@@ -32,6 +32,7 @@ WorkerRuleSet Sample() {
   a.access = {{false, "192.168.*", 5}};
   a.proxy = ProxyVersion::kV2;
   a.accept_proxy = {true, 750, {{true, "10.0.2.*", 9}}};
+  a.retry_empty_response = true;
   a.backend_weight = 3;
   a.balance = BalanceMethod::kSourceHash;
   a.more_backends = {RelayBackend{{Addr("10.0.0.4"), 9001}, 2, false},
@@ -72,6 +73,7 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
     same_patterns(g.access, w.access);
     EXPECT_EQ(g.proxy, w.proxy);
     EXPECT_EQ(g.accept_proxy.enabled, w.accept_proxy.enabled);
+    EXPECT_EQ(g.retry_empty_response, w.retry_empty_response);
     EXPECT_EQ(g.accept_proxy.timeout_ms, w.accept_proxy.timeout_ms);
     same_patterns(g.accept_proxy.from, w.accept_proxy.from);
     EXPECT_EQ(g.backend_weight, w.backend_weight);
