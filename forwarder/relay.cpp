@@ -97,6 +97,10 @@ struct Relay::Callbacks {
       r.Reset(c, r.counters_.backend_error);
       return scope.result();
     }
+    if (c.retry != nullptr && c.retry->resend && !r.ResendForRetry(c)) {
+      r.Reset(c, r.counters_.backend_error);
+      return scope.result();
+    }
     r.counters_.connect.Observe(r.now_ns_ - c.accepted_ns);
     c.rule_counters->connect.Observe(r.now_ns_ - c.accepted_ns);
     r.Trace(c, RecorderEvent::kBackendEstablished, *leg);
@@ -123,6 +127,14 @@ struct Relay::Callbacks {
       return scope.result();
     }
     Leg& to = c.other(*leg);
+    if (!leg->is_client && c.retry != nullptr) {
+      // The backend answers: nothing will be sent twice. Or it ends with no answer: retried.
+      if (p != nullptr) {
+        c.retry.reset();
+      } else if (r.Retry(c)) {
+        return scope.result();
+      }
+    }
     if (p == nullptr) {
       leg->fin_received = true;
       r.Trace(c, leg->is_client ? RecorderEvent::kClientFin : RecorderEvent::kBackendFin, *leg);
@@ -232,6 +244,8 @@ struct Relay::Callbacks {
     leg->backlog.FreeAll();
     if (!leg->is_client && !leg->connected) {
       r.Failover(c, err == ERR_RST ? n.backend_refused : n.backend_timeout);
+    } else if (!leg->is_client && r.Retry(c)) {
+      // another backend has the client's bytes
     } else {
       r.Reset(c, leg->is_client ? n.client_reset : n.backend_reset);
     }
@@ -396,6 +410,7 @@ void Relay::CloseRefused(Connection& c) {
 // The backend leg of a client connection taken: the access log's "opened", a backend picked,
 // its handshake started.
 void Relay::OpenBackend(Connection& c) {
+  if (c.rule->retry_empty_response) c.retry = std::make_unique<RetryCopy>();
   PickBackend(c);  // never fails here: nothing is tried yet, and down marks are only a guess
   RecordSession(*c.rule, c.flows.client_flow, SessionResult::kOpened, 0, 0, c.origin.get());
   if (std::atomic<uint64_t>* failed = StartBackend(c)) Reset(c, *failed);
@@ -478,6 +493,7 @@ void Relay::Pump(Connection& c, Leg& from, Leg& to) {
       if (space == 0) break;
       const u16_t n = static_cast<u16_t>(std::min<uint32_t>(head->len, space));
       if (!Write(to.pcb, head, n)) break;
+      if (c.retry != nullptr && !to.is_client) KeepForRetry(c, head, n);
       written += n;
       head = pbuf_free_header(head, n);
     }

@@ -161,6 +161,7 @@ class Relay {
   struct Listener;
   struct RuleVersion;  // a rule as served: how its connections choose among its backends
   struct ProxyOrigin;  // [accept-proxy]: the client's PROXY header, awaited or read
+  struct RetryCopy;    // [retry-on=empty-response]: the client's bytes, kept to send again
   // The lists a connection is on (tags for IntrusiveList).
   struct ByActivity;  // every live connection, least recently active first: idle deadlines
   struct Connecting;  // backend handshake under way, oldest first: connect deadlines
@@ -182,6 +183,13 @@ class Relay {
   // c's backend handshake failed (`reason`): another backend if one is left and the connect
   // timeout allows, else the reset the client would have had.
   void Failover(Connection& c, std::atomic<uint64_t>& reason);
+  // [retry-on=empty-response] (relay_rules.cpp): c's established backend leg ended before it
+  // answered; true if another backend takes the connection (the client's bytes sent again),
+  // false if none is left or the bytes were not kept (the end goes to the client as without it).
+  bool Retry(Connection& c);
+  // Keeps the `n` bytes at `p` just sent to c's backend, or gives the copy up past kRetryBytes.
+  static void KeepForRetry(Connection& c, const pbuf* p, uint16_t n);
+  bool ResendForRetry(Connection& c);  // the kept bytes onto the new backend leg
   // The list c's handshake waits in: connecting_, or trying_ for rules with several backends.
   IntrusiveList<Connection, Connecting>& ConnectingOf(const Connection& c);
   bool SendProxyHeader(Connection& c);  // false: lwIP would not queue it

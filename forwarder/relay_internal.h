@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "forwarder/backend_choice.h"
@@ -104,6 +105,13 @@ struct Relay::ProxyOrigin {
   sockaddr_storage source{}, destination{};  // the client behind the proxy, and whom it reached
 };
 
+// [retry-on=empty-response]: the client's bytes sent to the backend, kept until the backend
+// answers (or there are more than kRetryBytes: then the connection drops it and cannot retry).
+struct Relay::RetryCopy {
+  std::string bytes;
+  bool resend = false;  // a retried backend leg is on its way: they go first once it is up
+};
+
 struct Relay::Connection : ListHook<Connection, ByActivity>,
                            ListHook<Connection, Connecting>,
                            ListHook<Connection, Watched> {
@@ -130,6 +138,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
   uint64_t tried = 0;
   uint64_t attempt_ms = 0;
   std::unique_ptr<ProxyOrigin> origin;  // [accept-proxy] rules only
+  std::unique_ptr<RetryCopy> retry;     // [retry-on=empty-response] rules, until it is moot
   HealthAttempt handshake;
 
   Leg& other(Leg& leg) { return &leg == &client ? backend : client; }

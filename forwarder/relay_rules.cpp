@@ -137,4 +137,56 @@ void Relay::Failover(Connection& c, std::atomic<uint64_t>& reason) {
   if (std::atomic<uint64_t>* error = StartBackend(c)) Reset(c, *error);
 }
 
+// The backend that died with the client's request (a reset, or a FIN with no answer) is given
+// up as a handshake that failed would be, its session ended; another backend the connection has
+// not tried gets a new leg, on which the kept bytes go first (Callbacks::Connected). The client's
+// FIN, if it came, follows them there. The connect timeout counts from here.
+bool Relay::Retry(Connection& c) {
+  if (c.retry == nullptr || c.finished || c.backend.received != 0 || c.client.pcb == nullptr) {
+    return false;
+  }
+  RuleVersion& v = *c.version;
+  const size_t old = c.backend_index;
+  c.tried |= uint64_t{1} << old;
+  if (!PickBackend(c)) return false;  // nothing changed: the end reaches the client
+  v.backends.Closed(old);
+  v.backends.Ended(old, c.retry->bytes.size(), 0);
+  RelayCounters::Add(counters_.backend_retries);
+  RelayCounters::Add(c.rule_counters->backend_retries);
+  AbortLeg(c.backend);  // the FIN's pcb (a reset's is gone already)
+  ledger_.CloseBackendLeg(c.flows, now_ms_);
+  owed_.Remove(c.backend);
+  Leg& b = c.backend;
+  b.connected = b.fin_received = b.fin_sent = b.backpressured = false;
+  b.last_data_small = b.quick_ack = false;
+  b.nagle_run = 0;
+  b.received = b.relayed = 0;
+  c.retry->resend = true;
+  IntrusiveList<Connection, Connecting>& list = ConnectingOf(c);
+  list.Remove(c);
+  c.started_ms = c.attempt_ms = now_ms_;
+  list.PushBack(c);
+  if (std::atomic<uint64_t>* error = StartBackend(c)) Reset(c, *error);
+  return true;
+}
+
+void Relay::KeepForRetry(Connection& c, const pbuf* p, uint16_t n) {
+  if (c.retry->bytes.size() + n > kRetryBytes) {
+    c.retry.reset();  // a stream, not a request: not sent twice
+    return;
+  }
+  c.retry->bytes.append(static_cast<const char*>(p->payload), n);
+}
+
+bool Relay::ResendForRetry(Connection& c) {
+  c.retry->resend = false;
+  const std::string& bytes = c.retry->bytes;
+  for (size_t at = 0; at < bytes.size();) {
+    const auto n = static_cast<u16_t>(std::min<size_t>(bytes.size() - at, 0xffff));
+    if (tcp_write(c.backend.pcb, bytes.data() + at, n, TCP_WRITE_FLAG_COPY) != ERR_OK) return false;
+    at += n;
+  }
+  return true;
+}
+
 }  // namespace xdpfwd
