@@ -816,7 +816,8 @@ def churn_text(c):
             f"{k['backend_failovers']:,}, refused {k['backend_refused']:,}, timed out "
             f"{k['backend_timeout']:,}; per death after the kill + later: "
             f"{churn_deaths_text(c)}), marked down {k['backends_marked_down']:,}, backend resets "
-            f"{k['backend_reset']:,} ({c['resets_at_kills']:,} at the kills); served "
+            f"{k['backend_reset']:,} ({c['resets_at_kills']:,} at the kills), retried "
+            f"{k.get('backend_retries', 0):,}; served "
             f"{churn_served_text(c)}")
 
 
@@ -841,14 +842,17 @@ def churn_table(mtu, by_cfg, shown):
            f"{settle} s after the kill + in the rest of the death (passive health leaves a "
            "backend out for 2 s, then one connection tries it: one more per 2 s it stays "
            "dead). Backend resets: "
-           "connections whose backend leg was open when it reset, at the kills / at other "
-           "times (a kill resets what the killed server had accepted or was accepting: no "
-           "forwarder can move those). Served: each backend's connections by its own count "
+           "connections whose backend leg was open when it reset and reached the client, at the "
+           "kills / at other times (a kill resets what the killed server had accepted or was "
+           "accepting: failover cannot move those, as the request went to the dead backend); "
+           "retried: those that `[retry-on=empty-response]` sent to another backend instead "
+           "(`backend_retries`: the killed backend had not answered). Served: each backend's connections by its own count "
            "(the killed one per life: up to its last report, at most 0.1 s before it was "
            "killed, then its summary).", "",
            "| configuration | connections | failed | connections/s | deaths | failed handshakes "
            "(per death) | per death: after the kill + later | failovers / refused / timed out "
-           "| marked down | backend resets at the kills / other times | served per backend |",
+           "| marked down | backend resets at the kills / other times; retried | served per "
+           "backend |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in rows:
         r = by_cfg[c.name]
@@ -872,7 +876,8 @@ def churn_table(mtu, by_cfg, shown):
                    f"{ch['failed_handshakes']:,} ({per_cell}) | {deaths or '—'} | "
                    f"{k['backend_failovers']:,} / {k['backend_refused']:,} / "
                    f"{k['backend_timeout']:,} | {k['backends_marked_down']:,} | "
-                   f"{at_kills:,} / {k['backend_reset'] - at_kills:,} | "
+                   f"{at_kills:,} / {k['backend_reset'] - at_kills:,}; "
+                   f"{k.get('backend_retries', 0):,} | "
                    f"{churn_served_text(ch)} |")
     return out
 
