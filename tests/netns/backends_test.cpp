@@ -77,6 +77,17 @@ class NamedBackend {
   std::thread thread_;
 };
 
+// An open connection (client end, backend end) still carries a byte each way.
+void ExpectCarriesBothWays(int client, int backend) {
+  char byte = 0;
+  ASSERT_EQ(send(client, "x", 1, 0), 1);
+  ASSERT_EQ(recv(backend, &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'x');
+  ASSERT_EQ(send(backend, "y", 1, 0), 1);
+  ASSERT_EQ(recv(client, &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'y');
+}
+
 class BackendsTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -273,12 +284,7 @@ TEST_P(BackendsTest, DrainTakesABackendOutOfNewConnectionsOnly) {
   for (int i = 0; i < 20; ++i) ++answers[Ask()];
   EXPECT_EQ(answers["a"], 20) << "a drained backend took new connections";
   // The open connection through b still carries bytes both ways.
-  ASSERT_EQ(send(held.get(), "x", 1, 0), 1);
-  char byte = 0;
-  ASSERT_EQ(recv(held_backend.get(), &byte, 1, 0), 1);
-  ASSERT_EQ(send(held_backend.get(), "y", 1, 0), 1);
-  ASSERT_EQ(recv(held.get(), &byte, 1, 0), 1);
-  EXPECT_EQ(byte, 'y');
+  ExpectCarriesBothWays(held.get(), held_backend.get());
   EXPECT_NE(fwd->Control("show backends").find(b + ",drain,"), std::string::npos);
 
   EXPECT_NE(fwd->Control("set backend 0 10.9.9.9:1 drain").find("error: rule 0 has no backend"),
@@ -404,12 +410,7 @@ TEST_P(BackendsTest, AReloadAppliesTheFilesStatesAndWeights) {
   std::map<std::string, int> answers;
   for (int i = 0; i < 20; ++i) ++answers[Ask()];
   EXPECT_EQ(answers["a"], 20) << "a backend drained by the reload took new connections";
-  ASSERT_EQ(send(held.get(), "x", 1, 0), 1);
-  char byte = 0;
-  ASSERT_EQ(recv(held_backend.get(), &byte, 1, 0), 1);
-  ASSERT_EQ(send(held_backend.get(), "y", 1, 0), 1);
-  ASSERT_EQ(recv(held.get(), &byte, 1, 0), 1);
-  EXPECT_EQ(byte, 'y');
+  ExpectCarriesBothWays(held.get(), held_backend.get());
   EXPECT_EQ(fwd->Stop(), 0);
 }
 
