@@ -90,6 +90,14 @@ void ExpectCarriesBothWays(int client, int backend) {
 
 class BackendsTest : public ::testing::TestWithParam<const char*> {
  protected:
+  // One kernel-path thread (one picker), as the fast path has one worker here: round robin's
+  // order is then the order the clients come in.
+  std::unique_ptr<ForwarderProcess> StartWithOnePicker(const std::string& config) {
+    return ForwarderProcess::WithConfig(GetParam(), config,
+                                        std::string(GetParam()) == "kernel"
+                                            ? std::vector<std::string>{"--threads", "1"}
+                                            : std::vector<std::string>{});
+  }
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
   }
@@ -266,10 +274,7 @@ TEST_P(BackendsTest, DrainTakesABackendOutOfNewConnectionsOnly) {
   const std::string config = WriteConfig("", {""});
   // One kernel-path thread (one picker), as the fast path has one worker here: round robin
   // sends the first client to a, the second to b (held open there).
-  auto fwd = ForwarderProcess::WithConfig(GetParam(), config,
-                                          std::string(GetParam()) == "kernel"
-                                              ? std::vector<std::string>{"--threads", "1"}
-                                              : std::vector<std::string>{});
+  auto fwd = StartWithOnePicker(config);
   const std::string b = server + ":" + std::to_string(kFirstBackendPort + 1);
   EXPECT_EQ(Ask(), "a");
   UniqueFd held = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
@@ -389,10 +394,7 @@ TEST_P(BackendsTest, AReloadAppliesTheFilesStatesAndWeights) {
   UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kFirstBackendPort + 1);
   NamedBackend a(topo_, kFirstBackendPort, "a");
   const std::string config = WriteConfig("", {""});
-  auto fwd = ForwarderProcess::WithConfig(GetParam(), config,
-                                          std::string(GetParam()) == "kernel"
-                                              ? std::vector<std::string>{"--threads", "1"}
-                                              : std::vector<std::string>{});
+  auto fwd = StartWithOnePicker(config);
   const std::string b = Backend(kFirstBackendPort + 1);
   EXPECT_EQ(Ask(), "a");
   UniqueFd held = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
