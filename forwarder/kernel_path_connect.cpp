@@ -1,11 +1,14 @@
 // A kernel-path connection's backend leg (see kernel_path_loop.h): the pick among the rule's
 // backends, the connect, failover when a handshake fails, and the PROXY header it starts with.
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cstring>
+#include <string>
 
 #include "forwarder/kernel_path_connection.h"
+#include "os/log.h"
 
 namespace xdpfwd::kernel_path {
 
@@ -115,6 +118,25 @@ bool Loop::SendProxyHeader(Connection& c) {
   const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&c.peer),
                                         reinterpret_cast<const sockaddr*>(&local));
   return send(c.backend.fd.get(), h.bytes, h.size, MSG_NOSIGNAL) == static_cast<ssize_t>(h.size);
+}
+
+// As the fast path's relay says it (Relay::ReportConnectTimeout): one line a second at most,
+// with what the kernel tried (TCP_INFO's SYN retransmissions).
+void Loop::ReportConnectTimeout(const Connection& c) {
+  const auto now_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
+  uint64_t held_back = 0;
+  if (!connect_timeout_log_.Count(now_ms, held_back)) return;
+  std::string line = "kernel path: backend " + ToString(c.rule->backend_address(c.backend_index)) +
+                     " did not complete the handshake within " +
+                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(c.backend.fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
+    line += " (SYN sent " + std::to_string(info.tcpi_retransmits + 1) + " times)";
+  }
+  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
+  Log(line);
 }
 
 }  // namespace xdpfwd::kernel_path

@@ -688,25 +688,6 @@ void Loop::ExpireDeadlines() {
   }
 }
 
-// As the fast path's relay says it (Relay::ReportConnectTimeout): one line a second at most,
-// with what the kernel tried (TCP_INFO's SYN retransmissions).
-void Loop::ReportConnectTimeout(const Connection& c) {
-  const auto now_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
-  uint64_t held_back = 0;
-  if (!connect_timeout_log_.Count(now_ms, held_back)) return;
-  std::string line = "kernel path: backend " + ToString(c.rule->backend_address(c.backend_index)) +
-                     " did not complete the handshake within " +
-                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
-  tcp_info info{};
-  socklen_t len = sizeof(info);
-  if (getsockopt(c.backend.fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
-    line += " (SYN sent " + std::to_string(info.tcpi_retransmits + 1) + " times)";
-  }
-  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
-  Log(line);
-}
-
 // The epoll_wait timeout is the loop's only timer: the nearest deadline is at the front of
 // connecting_, trying_, relaying_ or a list of header_waits_, so there is no timerfd and no
 // periodic tick.
