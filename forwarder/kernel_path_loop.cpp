@@ -119,7 +119,9 @@ Loop::Loop(const KernelPathConfig& config, const PlanBoard& board,
       counters_(counters),
       pipes_(kPipeBytes, counters.pooled_pipes),
       buffers_(config.copy_buffer_bytes),
-      pump_{pipes_, buffers_, counters_},
+      // One byte more than is kept: a read that fills it says the request is too long.
+      kept_buffers_(kRetryBytes + 1),
+      pump_{pipes_, buffers_, kept_buffers_, counters_},
       connector_(std::move(connector)) {}
 
 Loop::~Loop() = default;

@@ -214,6 +214,7 @@ class Loop {
   PathCounters& counters_;
   PipePool pipes_;
   BufferPool buffers_;
+  BufferPool kept_buffers_;  // [retry-on=empty-response]'s client bytes (Direction::Keep)
   PumpContext pump_;
   BackendConnector connector_;
 };
