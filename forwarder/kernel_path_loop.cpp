@@ -119,7 +119,9 @@ Loop::Loop(const KernelPathConfig& config, const PlanBoard& board,
       counters_(counters),
       pipes_(kPipeBytes, counters.pooled_pipes),
       buffers_(config.copy_buffer_bytes),
-      pump_{pipes_, buffers_, counters_},
+      // One byte more than is kept: a read that fills it says the request is too long.
+      kept_buffers_(kRetryBytes + 1),
+      pump_{pipes_, buffers_, kept_buffers_, counters_},
       connector_(std::move(connector)) {}
 
 Loop::~Loop() = default;
@@ -287,6 +289,7 @@ void Loop::Run() {
       }
     }
     RunQueuedTurns();
+    if (!retries_.empty()) OpenRetries();  // before their deadlines are looked at
     ExpireDeadlines();
     if (desk_waiting_) AnswerDesk();
     // Nothing refers to these any more: their descriptors are closed (so out of the epoll
@@ -408,6 +411,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   c.client.fd = std::move(client);
   c.peer = peer;
   c.awaiting_header = await_header;
+  if (rule.retry_empty_response) c.to_backend.Keep();
   Add(counters_.relay.active);
   Add(c.rule_counters->active);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
@@ -442,6 +446,7 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
       if (events & (EPOLLERR | EPOLLHUP)) Finish(c, End::kClientReset);  // client gave up
       return;
     }
+    if (!c.backend.fd) return;  // the old leg's, retried: OpenRetries opens the new one
     if (events & (EPOLLERR | EPOLLHUP)) {
       const int err = SocketError(c.backend.fd.get());
       if (err == ECONNREFUSED) return Failover(c, End::kBackendRefused);
@@ -454,6 +459,7 @@ void Loop::OnLegEvent(Connection& c, bool client_leg, uint32_t events) {
   // A reset is final: relaying what is still queued would only delay telling the other side.
   if (events & EPOLLERR) {
     const int err = SocketError(leg.fd.get());
+    if (err != 0 && !client_leg && Retry(c)) return;  // [retry-on=empty-response]
     if (err == ETIMEDOUT) return Finish(c, End::kStallTimeout);
     if (err != 0) return Finish(c, client_leg ? End::kClientReset : End::kBackendReset);
   }
@@ -496,8 +502,15 @@ void Loop::Relay(Connection& c) {
     // TIME_WAIT. Otherwise ours will (the client closed first).
     c.backend_closed_first = !c.backend.hung_up && !c.to_client.source_ended();
   }
-  if (auto why = failure(up, End::kClientReset, End::kBackendReset)) return Finish(c, *why);
-  const PumpResult down = c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget);
+  if (auto why = failure(up, End::kClientReset, End::kBackendReset)) {
+    if (up.status == PumpStatus::kSinkFailed && Retry(c)) return;  // [retry-on=empty-response]
+    return Finish(c, *why);
+  }
+  // While the client's bytes are kept, the backend is heard before anything is relayed from it.
+  const bool answering = !c.to_backend.keeping() || BackendAnswering(c);
+  if (c.ended || c.connecting) return;  // finished, or retried
+  const PumpResult down =
+      answering ? c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget) : PumpResult{};
   Add(counters_.relay.bytes_to_client, down.bytes);
   Add(c.rule_counters->bytes_to_client, down.bytes);
   if (c.bytes_out == 0 && down.bytes > 0) {
@@ -688,25 +701,6 @@ void Loop::ExpireDeadlines() {
   }
 }
 
-// As the fast path's relay says it (Relay::ReportConnectTimeout): one line a second at most,
-// with what the kernel tried (TCP_INFO's SYN retransmissions).
-void Loop::ReportConnectTimeout(const Connection& c) {
-  const auto now_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count());
-  uint64_t held_back = 0;
-  if (!connect_timeout_log_.Count(now_ms, held_back)) return;
-  std::string line = "kernel path: backend " + ToString(c.rule->backend_address(c.backend_index)) +
-                     " did not complete the handshake within " +
-                     std::to_string(config_.limits.connect_timeout.count()) + " ms";
-  tcp_info info{};
-  socklen_t len = sizeof(info);
-  if (getsockopt(c.backend.fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
-    line += " (SYN sent " + std::to_string(info.tcpi_retransmits + 1) + " times)";
-  }
-  if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
-  Log(line);
-}
-
 // The epoll_wait timeout is the loop's only timer: the nearest deadline is at the front of
 // connecting_, trying_, relaying_ or a list of header_waits_, so there is no timerfd and no
 // periodic tick.
@@ -740,6 +734,7 @@ void Loop::ResetEverything() {
   }
   ended_.clear();
   turns_.clear();
+  retries_.clear();
 }
 
 }  // namespace xdpfwd::kernel_path

@@ -139,6 +139,16 @@ class Loop {
   // A handshake with the backend failed (`why`): another backend of the rule, if one is left
   // and there is time, else the end.
   void Failover(Connection& c, End why);
+  // [retry-on=empty-response] (kernel_path_connect.cpp). Retry: c's backend leg ended before
+  // the backend answered; true: it is made again to another backend (after this batch's
+  // events, OpenRetries), the client's bytes sent again; false: none left, or c's bytes were
+  // not kept, and c goes on as without the option (its bytes are no longer kept).
+  bool Retry(Connection& c);
+  void OpenRetries();
+  // While c keeps its client's bytes, before relaying toward the client: true once the backend
+  // has begun its answer (the bytes are kept no more) or ended with no retry left (c relays
+  // as without the option); false: nothing from it yet, or c was retried or finished.
+  bool BackendAnswering(Connection& c);
   BackendChoice& BackendsOf(const Rule& rule);
   // [accept-proxy] (kernel_path_proxy.cpp). At accept: false, and the client reset and
   // counted, when `peer` is not of the rule's proxy-from lines.
@@ -198,6 +208,10 @@ class Loop {
   std::unordered_map<const Rule*, std::unique_ptr<BackendChoice>> backends_;
   std::vector<Connection*> turns_;          // spent their budget; continue next iteration
   std::vector<Connection*> turns_running_;  // turns_ being served (kept for its capacity)
+  // Retried connections whose new backend leg opens once this batch's events are handled: an
+  // event of the old leg still in the batch would name the connection (kBackendTag) and be
+  // taken for the new leg's.
+  std::vector<Connection*> retries_;
   Clock::time_point now_;
   uint64_t NowMs() const {
     return static_cast<uint64_t>(
@@ -214,6 +228,7 @@ class Loop {
   PathCounters& counters_;
   PipePool pipes_;
   BufferPool buffers_;
+  BufferPool kept_buffers_;  // [retry-on=empty-response]'s client bytes (Direction::Keep)
   PumpContext pump_;
   BackendConnector connector_;
 };

@@ -101,19 +101,43 @@ void BufferPool::Give(std::unique_ptr<uint8_t[]> buffer) {
 
 PumpResult Direction::Pump(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget) {
   if (finished_) return {PumpStatus::kFinished, 0, 0};
+  if (splice_after_keeping_ && !keeping_ && buffer_begin_ == buffer_end_) {
+    splice_ = true;  // nothing kept any more, nothing left in the buffer: splice again
+    splice_after_keeping_ = false;
+  }
   PumpResult r = splice_ ? PumpSplice(src, sink, ctx, budget) : PumpCopy(src, sink, ctx, budget);
   // Idle connections hold no pipe and no buffer.
   if (pipe_ && in_pipe_ == 0) ctx.pipes.Give(std::move(pipe_));
-  if (buffer_ && buffer_begin_ == buffer_end_) ctx.buffers.Give(std::move(buffer_));
+  if (buffer_ && buffer_begin_ == buffer_end_ && !keeping_) GiveBuffer(ctx);
   return r;
 }
 
 void Direction::Release(PumpContext& ctx) {
   if (pipe_ && in_pipe_ == 0) ctx.pipes.Give(std::move(pipe_));
-  if (buffer_ && buffer_begin_ == buffer_end_) ctx.buffers.Give(std::move(buffer_));
+  if (buffer_ && buffer_begin_ == buffer_end_) GiveBuffer(ctx);
   pipe_ = Pipe();
   buffer_.reset();
+  buffer_is_kept_ = keeping_ = false;
   in_pipe_ = buffer_begin_ = buffer_end_ = 0;
+}
+
+void Direction::GiveBuffer(PumpContext& ctx) {
+  Pool(ctx).Give(std::move(buffer_));
+  buffer_is_kept_ = false;
+  buffer_begin_ = buffer_end_ = 0;
+}
+
+void Direction::Keep() {
+  keeping_ = true;
+  splice_after_keeping_ = splice_;
+  splice_ = false;
+}
+
+void Direction::StopKeeping() { keeping_ = false; }
+
+void Direction::Rewind() {
+  buffer_begin_ = 0;
+  finished_ = false;  // eof_ stays: the source's end follows the bytes again
 }
 
 PumpResult Direction::Finish(Leg& sink, uint64_t bytes) {
@@ -217,25 +241,31 @@ PumpResult Direction::PumpCopy(Leg& src, Leg& sink, PumpContext& ctx, uint64_t b
         sink.writable = false;  // short write: send buffer full, EPOLLOUT follows (see above)
         return {PumpStatus::kWaiting, 0, moved};
       }
-      buffer_begin_ = buffer_end_ = 0;
+      if (!keeping_) buffer_begin_ = buffer_end_ = 0;
       continue;
     }
     if (eof_) return Finish(sink, moved);
     if (!src.readable) return {PumpStatus::kWaiting, 0, moved};
     if (moved >= budget) return {PumpStatus::kBudgetSpent, 0, moved};
     if (!buffer_) {
-      buffer_ = ctx.buffers.Take();
+      buffer_is_kept_ = keeping_;
+      buffer_ = Pool(ctx).Take();
       if (!buffer_) return {PumpStatus::kFailed, ENOMEM, moved};
     }
-    const size_t capacity = ctx.buffers.buffer_bytes();
-    const ssize_t n = recv(src.fd.get(), buffer_.get(), capacity, MSG_DONTWAIT);
+    // While keeping, new bytes go after the kept ones (all sent; Rewind sends them again). A
+    // kept buffer filled is more than is kept: keeping stops, so there is room while it lasts.
+    const size_t at = keeping_ ? buffer_end_ : 0;
+    const size_t room = Pool(ctx).buffer_bytes() - at;
+    const ssize_t n = recv(src.fd.get(), buffer_.get() + at, room, MSG_DONTWAIT);
     Add(c.copy_calls);
     if (n > 0) {
-      buffer_end_ = static_cast<size_t>(n);
+      buffer_begin_ = at;
+      buffer_end_ = at + static_cast<size_t>(n);
+      if (keeping_ && static_cast<size_t>(n) == room) keeping_ = false;  // too much to keep
       // TCP's recv hands over everything queued, so a short read emptied the socket and the
       // next segment raises a new edge: skip the recv that would only say EAGAIN. Not once
       // the FIN was announced: that edge has been consumed and will not come again.
-      if (buffer_end_ < capacity && !src.hung_up) src.readable = false;
+      if (static_cast<size_t>(n) < room && !src.hung_up) src.readable = false;
       continue;
     }
     if (n == 0) {

@@ -99,10 +99,12 @@ class BufferPool {
   std::vector<std::unique_ptr<uint8_t[]>> free_;
 };
 
-// What a loop thread lends to every pump it runs.
+// What a loop thread lends to every pump it runs. `kept_buffers` hold a direction's bytes
+// while it keeps them (Direction::Keep), whatever the size of `buffers`.
 struct PumpContext {
   PipePool& pipes;
   BufferPool& buffers;
+  BufferPool& kept_buffers;
   PathCounters& counters;
 };
 
@@ -131,6 +133,17 @@ class Direction {
   bool finished() const { return finished_; }
   bool source_ended() const { return eof_; }  // the source's EOF has been read
   bool splicing() const { return splice_; }
+  // [retry-on=empty-response]: from now on every byte read from the source is also kept, so that
+  // Rewind() can send them all again to another sink. Kept bytes must be in user space, so this
+  // direction copies (recv/send) while it keeps, and splices again once it stops (if it did).
+  // It stops by itself once it read more than ctx.kept_buffers.buffer_bytes() - 1 bytes (one
+  // kept buffer, filled). Call before the first Pump.
+  void Keep();
+  void StopKeeping();  // the kept bytes are dropped (those not yet sent still go)
+  bool keeping() const { return keeping_; }
+  // While keeping, for a new sink: every byte read so far is sent again, from the first, then
+  // the source's end if it was read.
+  void Rewind();
   // Returns an empty pipe or buffer to the pools; one still holding bytes is dropped. For a
   // connection that is ending.
   void Release(PumpContext& ctx);
@@ -139,10 +152,18 @@ class Direction {
   PumpResult PumpSplice(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
   PumpResult PumpCopy(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
   PumpResult Finish(Leg& sink, uint64_t bytes);
+  // The pool buffer_ came from and goes back to.
+  BufferPool& Pool(PumpContext& ctx) const {
+    return buffer_is_kept_ ? ctx.kept_buffers : ctx.buffers;
+  }
+  void GiveBuffer(PumpContext& ctx);
 
   bool splice_;
-  bool eof_ = false;       // the source returned end of stream
-  bool finished_ = false;  // ... and the sink has been shut down for writing
+  bool keeping_ = false;
+  bool splice_after_keeping_ = false;  // splice_ as it was before Keep
+  bool buffer_is_kept_ = false;        // buffer_ is of ctx.kept_buffers
+  bool eof_ = false;                   // the source returned end of stream
+  bool finished_ = false;              // ... and the sink has been shut down for writing
   Pipe pipe_;
   size_t in_pipe_ = 0;
   std::unique_ptr<uint8_t[]> buffer_;
