@@ -324,8 +324,7 @@ TEST_P(RetryTest, WhenEveryBackendResetsTheClientSeesTheLast) {
   EXPECT_EQ(fwd_->Stop(), 0);
 }
 
-// The fast path's relay gets the option in its own change: "xdp" joins these values then.
-INSTANTIATE_TEST_SUITE_P(Paths, RetryTest, ::testing::Values("kernel"),
+INSTANTIATE_TEST_SUITE_P(Paths, RetryTest, ::testing::Values("xdp", "kernel"),
                          [](const auto& p) { return std::string(p.param); });
 
 }  // namespace
