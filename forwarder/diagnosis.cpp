@@ -2,6 +2,7 @@
 #include "forwarder/diagnosis.h"
 
 #include <cstdio>
+#include <cstring>
 
 namespace xdpfwd {
 namespace {
@@ -26,6 +27,18 @@ std::string CpuText(int cpu) {
 std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
                                               std::chrono::steady_clock::time_point t) {
   std::vector<HostWarning> fresh;
+  // A state, not a change: raised at every look while it holds (logged at the first).
+  for (const WorkerReport& w : now.workers) {
+    if (w.lock_error == 0) continue;
+    Raise({"worker_memory_unlocked", static_cast<int>(w.index),
+           "worker " + std::to_string(w.index) + " (" + CpuText(w.cpu) +
+               ") runs with its memory unlocked: mlockall refused (" + std::strerror(w.lock_error) +
+               "), so its loop takes a page fault wherever it touches a page for the first time "
+               "or one the kernel reclaimed. Lift the locked-memory limit (LimitMEMLOCK=infinity "
+               "in the unit, ulimit -l unlimited) or give xdpfwd CAP_IPC_LOCK; --tune "
+               "memory-lock=off runs unlocked on purpose"},
+          t, fresh);
+  }
   if (last_ && now.fast && last_->fast) {
     const std::string over = " in the last " + Seconds(t - last_time_);
     for (const WorkerReport& w : now.workers) {
@@ -53,9 +66,10 @@ std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
       if (const uint64_t n = Grew(a.minor_faults, c.minor_faults); n > 0) {
         Raise({"worker_page_faults", static_cast<int>(w.index),
                who + " took " + std::to_string(n) + " page fault(s)" + over +
-                   ": each stops its loop while the kernel maps a page. Memory touched for the "
-                   "first time (lwIP's pools growing with the connections) does this once; if "
-                   "it goes on, the host is short of memory or swapping"},
+                   ": each stops its loop while the kernel maps a page. A worker with its memory "
+                   "locked (--tune memory-lock=on, the default) takes none; unlocked, memory "
+                   "touched for the first time (lwIP's pools growing with the connections) does "
+                   "this once, and if it goes on, the host is short of memory or swapping"},
               t, fresh);
       }
       const uint64_t dropped = Grew(a.xsk_rx_dropped, c.xsk_rx_dropped);

@@ -1,9 +1,10 @@
 // What xdpfwd can tell is wrong with its host and its peers, from the fast-path workers'
 // counters a few seconds apart: a worker's CPU shared with other tasks (it was preempted), page
-// faults on a worker after start, AF_XDP sockets that dropped packets, lwIP's pools run dry
-// (segments for send queues, pool pbufs for out-of-order data), a backend or clients
-// whose small segments wait for our delayed ACKs (Nagle on the peer). Each warning says what
-// was seen and the fix; the control loop logs it, `show info` lists it, /metrics counts it.
+// faults on a worker after start, a worker whose memory lock was refused, AF_XDP sockets that
+// dropped packets, lwIP's pools run dry (segments for send queues, pool pbufs for out-of-order
+// data), a backend or clients whose small segments wait for our delayed ACKs (Nagle on the peer).
+// Each warning says what was seen and the fix; the control loop logs it, `show info` lists it,
+// /metrics counts it.
 #pragma once
 
 #include <chrono>
@@ -20,9 +21,9 @@
 namespace xdpfwd {
 
 // Every kind of warning, as /metrics lists them (each with a count, 0 included).
-inline constexpr const char* kHostWarningKinds[] = {"worker_preempted",    "worker_page_faults",
-                                                    "xsk_drops",           "lwip_pool_exhausted",
-                                                    "backend_nagle_stall", "client_nagle_stall"};
+inline constexpr const char* kHostWarningKinds[] = {
+    "worker_preempted",    "worker_page_faults",  "worker_memory_unlocked", "xsk_drops",
+    "lwip_pool_exhausted", "backend_nagle_stall", "client_nagle_stall"};
 
 struct HostWarning {
   std::string kind;   // one of kHostWarningKinds

@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -224,6 +225,13 @@ void FastPathMetrics(Prometheus& p, const ServiceReport& r) {
               {"cpu", std::to_string(w.cpu)}},
              uint64_t{1});
   }
+  p.Family("xdpfwd_fast_path_worker_locked_bytes", true,
+           "memory a fast-path worker has locked (VmLck): all it maps with --tune memory-lock=on, "
+           "its AF_XDP frame areas alone with off");
+  for (const WorkerReport& w : r.workers) {
+    p.Sample("xdpfwd_fast_path_worker_locked_bytes", {{"worker", std::to_string(w.index)}},
+             w.locked_bytes);
+  }
   const std::vector<Field> total = FastFields(*r.fast);
   std::vector<std::vector<Field>> each;
   for (const WorkerReport& w : r.workers) each.push_back(FastFields(w.counters));
@@ -391,7 +399,12 @@ std::string ReportJson(const ServiceReport& r) {
     RulesJson(j, r.fast->rules);
     j.Open("workers", '[');
     for (const WorkerReport& w : r.workers) {
-      j.Open({}, '{').Number("index", w.index).Signed("pid", w.pid).Signed("cpu", w.cpu);
+      j.Open({}, '{')
+          .Number("index", w.index)
+          .Signed("pid", w.pid)
+          .Signed("cpu", w.cpu)
+          .Number("locked_bytes", w.locked_bytes)
+          .Signed("lock_error", w.lock_error);
       j.Open("counters", '{')
           .Fields(RelayFields(w.counters.relay))
           .Fields(FastFields(w.counters))
@@ -519,8 +532,15 @@ std::string WorkersText(const ServiceReport& r) {
           busy, sizeof busy, " (%.1f%% of uptime)",
           100.0 * static_cast<double>(c.worker_busy_ns) / 1e6 / static_cast<double>(r.uptime_ms));
     }
+    char locked[48];
+    std::snprintf(locked, sizeof locked, ", locked %.1f MiB",
+                  static_cast<double>(w.locked_bytes) / (1u << 20));
     out += "worker " + std::to_string(w.index) + ": pid " + std::to_string(w.pid) + ", cpu " +
-           (w.cpu < 0 ? std::string("any") : std::to_string(w.cpu)) + "\n";
+           (w.cpu < 0 ? std::string("any") : std::to_string(w.cpu)) + locked +
+           (w.lock_error == 0 ? std::string()
+                              : " (mlockall refused: " + std::string(std::strerror(w.lock_error)) +
+                                    "; runs unlocked)") +
+           "\n";
     out += "  iterations " + std::to_string(c.worker_iterations) + ", busy " +
            Seconds(c.worker_busy_ns / 1'000'000) + " s" + busy + ", minor faults " +
            std::to_string(c.minor_faults) + ", involuntary switches " +

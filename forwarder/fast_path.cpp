@@ -312,6 +312,14 @@ std::vector<int> FastPath::worker_pids() const {
   return pids;
 }
 
+std::vector<int> FastPath::worker_lock_errors() const {
+  std::vector<int> errors;
+  for (uint32_t w = 0; w < impl_->workers; ++w) {
+    errors.push_back(impl_->Slot(w).lock_error.load(std::memory_order_relaxed));
+  }
+  return errors;
+}
+
 FastPathSnapshot FastPath::Snapshot(std::vector<FastPathSnapshot>* per_worker) {
   return impl_->Collect(per_worker);
 }

@@ -71,6 +71,9 @@ struct FastPathConfig {
   // Every worker keeps its newest events in a ring the control process can dump as a trace
   // (os/flight_recorder.h, docs/flight_recorder.md); false: no ring, nothing recorded.
   bool flight_recorder = true;
+  // Every worker locks all its memory once it is set up (os/memory_lock.h: mlockall), so that
+  // its loop never takes a page fault; false: only its AF_XDP frame areas (always locked).
+  bool lock_memory = true;
   // --max-connections, over all workers (each takes its share); unset: every worker's lwIP
   // holds as many as its pcb pool allows (MaxConnections()).
   std::optional<uint32_t> max_connections;
@@ -190,6 +193,9 @@ class FastPath {
   // The workers' CPUs, one per worker (-1: not pinned), and process ids (-1: restarting).
   std::vector<int> worker_cpus() const;
   std::vector<int> worker_pids() const;
+  // Each worker's memory lock (FastPathConfig::lock_memory), one per worker: 0 locked, or not
+  // asked to lock; else the errno that refused it (the worker runs unlocked).
+  std::vector<int> worker_lock_errors() const;
   // Asks every worker for fresh numbers and waits for them (bounded; a worker that does not
   // answer contributes its last ones), and sums them; with `per_worker`, each worker's too, in
   // worker order, from the same round.

@@ -114,10 +114,14 @@ struct WorkerSlot {
   // its rules lwIP refused to listen for then (its log says which).
   std::atomic<uint64_t> rules_applied;
   uint32_t rules_refused;
+  // --tune memory-lock: 0 once the worker locked its memory (or was not asked to), else
+  // mlockall's errno (it runs unlocked); written before kReady.
+  std::atomic<int32_t> lock_error;
   char error[512];  // kFailed: why, for the control process's message
 };
 static_assert(std::atomic<WorkerState>::is_always_lock_free &&
-              std::atomic<uint64_t>::is_always_lock_free);
+              std::atomic<uint64_t>::is_always_lock_free &&
+              std::atomic<int32_t>::is_always_lock_free);
 
 struct FastPath::Impl {
   FastPathConfig config;

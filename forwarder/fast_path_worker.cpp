@@ -10,6 +10,7 @@
 #include "forwarder/fast_path_impl.h"
 #include "os/clock.h"
 #include "os/log.h"
+#include "os/memory_lock.h"
 #include "stack/worker.h"
 #include "stack/worker_handoff.h"
 
@@ -41,6 +42,8 @@ class WorkerProcess {
       : impl_(impl), index_(index), slot_(impl.Slot(index)), worker_(impl.cpus[index]) {}
 
   Result<void> Setup();
+  // After Setup, before the loop: locks every page mapped now and later (--tune memory-lock).
+  void LockMemory();
   void Run();
   void Teardown();
 
@@ -246,6 +249,17 @@ Result<void> WorkerProcess::Setup() {
   return {};
 }
 
+// Setup mapped what the loop touches (ports, lwIP's pools, the relay's tables), so from here
+// every page is faulted in once and stays: the loop waits for no page fault, not even on a
+// host short of memory (docs/operations.md has the cost). Refused (RLIMIT_MEMLOCK without
+// CAP_IPC_LOCK), the worker runs unlocked: the host diagnosis says so with the fix.
+void WorkerProcess::LockMemory() {
+  if (!impl_.config.lock_memory) return;
+  if (auto r = LockAllMemory(); !r) {
+    slot_.lock_error.store(r.error().code.value(), std::memory_order_relaxed);
+  }
+}
+
 void WorkerProcess::Publish() {
   FastPathCounters& s = slot_.counters;
   s = FastPathCounters{};
@@ -390,6 +404,8 @@ void RunWorkerProcess(FastPath::Impl& impl, uint32_t index) {
     slot.state.store(WorkerState::kFailed, std::memory_order_release);
     _exit(1);
   }
+  w->LockMemory();
+  // Release: lock_error before the control process reads the worker as ready.
   slot.state.store(WorkerState::kReady, std::memory_order_release);
   w->Run();
   w->Teardown();

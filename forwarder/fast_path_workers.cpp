@@ -62,6 +62,7 @@ Result<void> FastPath::Impl::Spawn(uint32_t w) {
   slot.state.store(WorkerState::kStarting, std::memory_order_relaxed);
   slot.stop.store(false, std::memory_order_relaxed);
   slot.error[0] = '\0';
+  slot.lock_error.store(0, std::memory_order_relaxed);
   slot.heartbeat.store(0, std::memory_order_relaxed);
   slot.published.store(slot.wanted.load(std::memory_order_relaxed), std::memory_order_relaxed);
   std::fflush(stderr);

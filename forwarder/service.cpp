@@ -18,6 +18,7 @@
 #include "os/cpu_list.h"
 #include "os/isolation.h"
 #include "os/log.h"
+#include "os/memory_lock.h"
 #include "xdp/steer.h"
 #include "xdpfwd_lwip_hooks.h"
 
@@ -588,11 +589,14 @@ ServiceReport Service::Report() const {
     r.fast_description = fast_->description();
     const std::vector<int> pids = fast_->worker_pids();
     const std::vector<int> cpus = fast_->worker_cpus();
+    const std::vector<int> lock_errors = fast_->worker_lock_errors();
     for (size_t w = 0; w < each.size(); ++w) {
       WorkerReport wr;
       wr.index = static_cast<uint32_t>(w);
       wr.pid = w < pids.size() ? pids[w] : -1;
       wr.cpu = w < cpus.size() ? cpus[w] : -1;
+      if (wr.pid > 0) wr.locked_bytes = LockedBytes(wr.pid).value_or(0);
+      wr.lock_error = w < lock_errors.size() ? lock_errors[w] : 0;
       wr.counters = std::move(each[w]);
       r.workers.push_back(std::move(wr));
     }

@@ -22,6 +22,10 @@ struct WorkerReport {
   uint32_t index = 0;
   int pid = -1;  // -1: being restarted
   int cpu = -1;  // -1: not pinned
+  // Memory the kernel keeps resident for it (VmLck of /proc/PID/status, read by the control
+  // process): all it maps with --tune memory-lock=on, its AF_XDP frame areas alone with off.
+  uint64_t locked_bytes = 0;
+  int lock_error = 0;  // mlockall's errno where the lock was refused (it runs unlocked); 0: none
   FastPathSnapshot counters;
 };
 

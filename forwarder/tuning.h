@@ -33,6 +33,7 @@ struct Tuning {
   // the service sets that, not FastPathConfig.
   bool bbr = true;
   bool flight_recorder = true;       // recorder
+  bool lock_memory = true;           // memory-lock
   bool kernel_copy = false;          // copy: buffered copy instead of splice
   size_t kernel_buffer = 64 * 1024;  // buffer-size
 

@@ -173,6 +173,7 @@ std::map<std::string, uint64_t> ForwarderProcess::Stats() {
       const std::string prefix = "worker." + std::to_string(w["index"].get<uint64_t>()) + ".";
       Flatten(w["counters"], prefix, stats);
       if (w["pid"].is_number_integer()) stats[prefix + "pid"] = w["pid"].get<int64_t>();
+      if (w.contains("locked_bytes")) stats[prefix + "locked_bytes"] = w["locked_bytes"];
       for (const nlohmann::json& q : w["rx_by_queue"]) {
         const std::string key = "rx_packets." + q["interface"].get<std::string>() + ".q" +
                                 std::to_string(q["queue"].get<uint64_t>());

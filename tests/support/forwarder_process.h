@@ -31,8 +31,8 @@ class ForwarderProcess {
   ~ForwarderProcess();
 
   // Counters, keyed "fast.accepted", "fast.flows", "kernel.accepted", "steer.redirect_flow",
-  // "worker.0.rx_packets", "datagram.bytes_in", "access_log.lines"... from `show counters`. A
-  // counter the running paths do not have is absent (reads as 0 through Get).
+  // "worker.0.rx_packets", "worker.0.locked_bytes", "datagram.bytes_in", "access_log.lines"... from
+  // `show counters`. A counter the running paths do not have is absent (reads as 0 through Get).
   std::map<std::string, uint64_t> Stats();
   // One control command's answer (the forwarder's own socket, or the --control it was given).
   std::string Control(const std::string& command);

@@ -1,17 +1,21 @@
 // The report's renderings without a running service: Prometheus text that promtool accepts,
 // known-answer lines for names, labels, units and escaping; JSON that parses, with every
-// counter of every list; the CSV's columns.
+// counter of every list; the CSV's columns; the host diagnosis's refused-lock warning.
 #include "forwarder/exposition.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "forwarder/diagnosis.h"
 
 namespace xdpfwd {
 namespace {
@@ -79,6 +83,8 @@ ServiceReport SampleReport() {
     wr.counters.rx_packets = 10 + 10 * w;
     wr.counters.worker_busy_ns = 500'000'000 + 500'000'000 * w;
     wr.counters.rx_by_queue = {{"veth-c", w, 10 + 10 * w}};
+    wr.locked_bytes = (300u + w) << 20;
+    wr.lock_error = w == 1 ? ENOMEM : 0;
     r.workers.push_back(wr);
   }
   r.steer = {{"redirect_new_flow", 7, 518}, {"pass_not_ipv4", 1, 90}};
@@ -229,6 +235,42 @@ TEST(ReportJson, ParsesAndHoldsEveryCounter) {
 #define XDPFWD_CHECK(name, kind, what) EXPECT_TRUE(j["datagram_path"].contains(#name));
   XDPFWD_DATAGRAM_COUNTERS(XDPFWD_CHECK)
 #undef XDPFWD_CHECK
+}
+
+// Each worker's locked memory, and a refused lock, in show workers, the JSON and /metrics.
+TEST(WorkersText, LockedMemoryAndARefusedLock) {
+  const ServiceReport r = SampleReport();
+  const std::string text = WorkersText(r);
+  EXPECT_TRUE(HasLine(text, "worker 0: pid 200, cpu 0, locked 300.0 MiB")) << text;
+  EXPECT_TRUE(HasLine(text,
+                      "worker 1: pid 201, cpu 1, locked 301.0 MiB (mlockall refused: Cannot "
+                      "allocate memory; runs unlocked)"))
+      << text;
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_EQ(j["fast_path"]["workers"][0]["locked_bytes"], 300u << 20);
+  EXPECT_EQ(j["fast_path"]["workers"][1]["lock_error"], ENOMEM);
+  EXPECT_TRUE(HasLine(MetricsText(r), "xdpfwd_fast_path_worker_locked_bytes{worker=\"1\"} " +
+                                          std::to_string(301u << 20)));
+}
+
+// A refused lock is a state: warned at the first look, with the fix, kept active while it holds,
+// logged (returned as fresh) once.
+TEST(HostDiagnosis, ARefusedLockIsWarnedOnceWithItsFix) {
+  const ServiceReport r = SampleReport();
+  HostDiagnosis d;
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  const auto fresh = d.Check(r, t0);
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_EQ(fresh[0].kind, "worker_memory_unlocked");
+  EXPECT_EQ(fresh[0].worker, 1);
+  EXPECT_NE(fresh[0].text.find("Cannot allocate memory"), std::string::npos) << fresh[0].text;
+  EXPECT_NE(fresh[0].text.find("LimitMEMLOCK=infinity"), std::string::npos) << fresh[0].text;
+  EXPECT_NE(fresh[0].text.find("CAP_IPC_LOCK"), std::string::npos) << fresh[0].text;
+  for (int i = 1; i <= 40; ++i) {
+    EXPECT_TRUE(d.Check(r, t0 + std::chrono::seconds(2 * i)).empty()) << i;
+  }
+  EXPECT_EQ(d.active(t0 + std::chrono::seconds(80)).size(), 1u);
+  EXPECT_EQ(d.raised().at("worker_memory_unlocked"), 41u);
 }
 
 TEST(ReportJson, EscapesStrings) {

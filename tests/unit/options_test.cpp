@@ -221,6 +221,7 @@ TEST(TuneOption, EachKeySetsItsLever) {
   EXPECT_TRUE(d.multi_buffer);
   EXPECT_TRUE(d.tx_checksum_offload);
   EXPECT_TRUE(d.bbr);
+  EXPECT_TRUE(d.lock_memory);
   EXPECT_FALSE(d.kernel_copy);
   EXPECT_EQ(d.kernel_buffer, 65536u);
 
@@ -239,6 +240,7 @@ TEST(TuneOption, EachKeySetsItsLever) {
   EXPECT_FALSE(TuningOf({"--tune", "multi-buffer=off"}).multi_buffer);
   EXPECT_FALSE(TuningOf({"--tune", "tx-checksum=software"}).tx_checksum_offload);
   EXPECT_FALSE(TuningOf({"--tune", "congestion-control=cubic"}).bbr);
+  EXPECT_FALSE(TuningOf({"--tune", "memory-lock=off"}).lock_memory);
   EXPECT_TRUE(TuningOf({"--tune", "copy=on"}).kernel_copy);
   EXPECT_EQ(TuningOf({"--tune", "buffer-size=4096"}).kernel_buffer, 4096u);
   EXPECT_EQ(TuningOf({"--tune=buffer-size=1048576"}).kernel_buffer, 1048576u);
