@@ -650,6 +650,10 @@ void Relay::AbortLeg(Leg& leg) {
   if (leg.pcb == nullptr) return;
   tcp_pcb* pcb = leg.pcb;
   leg.pcb = nullptr;
+  AbortPcb(pcb);
+}
+
+void Relay::AbortPcb(tcp_pcb* pcb) {
   DetachCallbacks(pcb);  // tcp_abort calls the err callback; this connection is going anyway
   tcp_abort(pcb);
   if (pcb == in_callback_) in_callback_aborted_ = true;

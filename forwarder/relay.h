@@ -208,6 +208,7 @@ class Relay {
   void RecordSession(const RelayRule& rule, const FlowTuple& client_flow, SessionResult result,
                      uint64_t bytes_in, uint64_t bytes_out, const ProxyOrigin* origin = nullptr);
   void AbortLeg(Leg& leg);
+  void AbortPcb(tcp_pcb* pcb);  // a leg's pcb, taken from it: callbacks off, a reset to its peer
   void Finish(Connection& c);
   void Touch(Connection& c);
   void Watch(Connection& c);

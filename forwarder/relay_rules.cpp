@@ -153,7 +153,13 @@ bool Relay::Retry(Connection& c) {
   v.backends.Ended(old, c.retry->bytes.size(), 0);
   RelayCounters::Add(counters_.backend_retries);
   RelayCounters::Add(c.rule_counters->backend_retries);
-  AbortLeg(c.backend);  // the FIN's pcb (a reset's is gone already)
+  // The FIN's pcb (a reset's is gone already) is aborted only once the new leg has its own:
+  // freed first, its memory would go to the new leg while lwIP's input still names it, and lwIP
+  // holds back output of the pcb it is delivering to (the SYN would wait for a timer that never
+  // sends it; found by RelayRetryWireTest when it runs first in its process).
+  tcp_pcb* dying = c.backend.pcb;
+  c.backend.pcb = nullptr;
+  c.backend.backlog.FreeAll();
   ledger_.CloseBackendLeg(c.flows, now_ms_);
   owed_.Remove(c.backend);
   Leg& b = c.backend;
@@ -166,7 +172,9 @@ bool Relay::Retry(Connection& c) {
   list.Remove(c);
   c.started_ms = c.attempt_ms = now_ms_;
   list.PushBack(c);
-  if (std::atomic<uint64_t>* error = StartBackend(c)) Reset(c, *error);
+  std::atomic<uint64_t>* error = StartBackend(c);
+  if (dying != nullptr) AbortPcb(dying);
+  if (error != nullptr) Reset(c, *error);
   return true;
 }
 
