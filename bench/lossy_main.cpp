@@ -19,6 +19,7 @@
 
 #include "lossy.skel.h"
 #include "lossy_shared.h"
+#include "os/parse_number.h"
 
 namespace {
 
@@ -62,12 +63,12 @@ int main(int argc, char** argv) {
   }
   const std::string ifname = argv[1];
   const std::string rate = argv[2];
-  uint32_t per_million = 0;
-  const auto [end, ec] = std::from_chars(rate.data(), rate.data() + rate.size(), per_million);
-  if (ec != std::errc() || end != rate.data() + rate.size() || per_million > 1'000'000) {
+  const std::optional<uint32_t> parsed = xdpfwd::ParseDecimal<uint32_t>(rate, 0, 1'000'000);
+  if (!parsed) {
     std::fprintf(stderr, "xdpfwd-lossy: DROP_PER_MILLION is 0-1000000, not '%s'\n", argv[2]);
     return 2;
   }
+  const uint32_t per_million = *parsed;
   const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0) {
     std::fprintf(stderr, "xdpfwd-lossy: no interface %s in this namespace\n", ifname.c_str());

@@ -17,6 +17,7 @@
 
 #include "forwarder/access.h"
 #include "forwarder/options.h"
+#include "os/parse_number.h"
 
 namespace xdpfwd {
 namespace {
@@ -120,13 +121,12 @@ Result<uint16_t> ResolvePort(std::string_view text, Protocol protocol, int colum
                              const Where& where) {
   if (text.empty()) return where.At(column, "expected a port number or service name, found none");
   if (text.front() >= '0' && text.front() <= '9') {
-    unsigned port = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-    if (ec != std::errc() || end != text.data() + text.size() || port == 0 || port > 65535) {
+    const std::optional<uint16_t> port = ParsePortNumber(text);
+    if (!port) {
       return where.At(
           column, "expected a port number from 1 to 65535 or a service name, found " + Quote(text));
     }
-    return static_cast<uint16_t>(port);
+    return *port;
   }
   const std::string name(text);
   // getservbyname reads /etc/services; xdpfwd is single-threaded while it parses (start and
@@ -288,12 +288,7 @@ Error NeedsValue(const Option& o, const Where& where) {
 
 // A whole number from `low` to `high`.
 std::optional<uint32_t> Number(const std::string& text, uint32_t low, uint32_t high) {
-  uint32_t n = 0;
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || p != text.data() + text.size() || n < low || n > high) {
-    return std::nullopt;
-  }
-  return n;
+  return ParseDecimal<uint32_t>(text, low, high);
 }
 
 // [state=drain|maint] (ready, the default, may be written too).

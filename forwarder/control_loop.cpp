@@ -27,6 +27,7 @@
 #include "forwarder/trace_trigger.h"
 #include "os/clock.h"
 #include "os/log.h"
+#include "os/parse_number.h"
 
 namespace xdpfwd {
 namespace {
@@ -333,16 +334,15 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
     std::istringstream words(command.substr(12));
     std::string rule, backend, state, extra;
     words >> rule >> backend >> state >> extra;
-    uint32_t id = 0;
-    const auto [p, ec] = std::from_chars(rule.data(), rule.data() + rule.size(), id);
-    if (ec != std::errc() || p != rule.data() + rule.size() || backend.empty() || !extra.empty() ||
+    const std::optional<uint32_t> id = ParseDecimal<uint32_t>(rule);
+    if (!id || backend.empty() || !extra.empty() ||
         (state != "ready" && state != "drain" && state != "maint")) {
       return "error: expected set backend RULE ADDR:PORT ready|drain|maint\n";
     }
     const auto admin = state == "ready"   ? HealthChecker::Admin::kReady
                        : state == "drain" ? HealthChecker::Admin::kDrain
                                           : HealthChecker::Admin::kMaint;
-    if (auto r = service_->SetBackendAdmin(id, backend, admin); !r) {
+    if (auto r = service_->SetBackendAdmin(*id, backend, admin); !r) {
       return "error: " + r.error().message() + "\n";
     }
     return "backend " + backend + " of rule " + rule + ": " + state + "\n";
@@ -351,18 +351,15 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
     std::istringstream words(command.substr(11));
     std::string rule, backend, weight, extra;
     words >> rule >> backend >> weight >> extra;
-    uint32_t id = 0, w = 0;
-    const auto [p, ec] = std::from_chars(rule.data(), rule.data() + rule.size(), id);
-    const auto [q, wec] = std::from_chars(weight.data(), weight.data() + weight.size(), w);
-    if (ec != std::errc() || p != rule.data() + rule.size() || backend.empty() ||
-        wec != std::errc() || q != weight.data() + weight.size() || weight.empty() ||
-        !extra.empty()) {
+    const std::optional<uint32_t> id = ParseDecimal<uint32_t>(rule);
+    const std::optional<uint32_t> w = ParseDecimal<uint32_t>(weight);
+    if (!id || backend.empty() || !w || !extra.empty()) {
       return "error: expected set weight RULE ADDR:PORT WEIGHT\n";
     }
-    if (auto r = service_->SetBackendWeight(id, backend, w); !r) {
+    if (auto r = service_->SetBackendWeight(*id, backend, *w); !r) {
       return "error: " + r.error().message() + "\n";
     }
-    return "backend " + backend + " of rule " + rule + ": weight " + std::to_string(w) + "\n";
+    return "backend " + backend + " of rule " + rule + ": weight " + std::to_string(*w) + "\n";
   }
   if (command == "show counters") return ReportJson(report());
   if (command == "show metrics") return MetricsText(report());
@@ -374,12 +371,9 @@ std::string LoopState::Answer(std::string_view line, bool& close) {
   }
   if (command.rfind("shutdown session ", 0) == 0) {
     const std::string id_text = command.substr(17);
-    uint64_t id = 0;
-    const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
-    if (ec != std::errc() || end != id_text.data() + id_text.size()) {
-      return "error: shutdown session: '" + id_text + "' is not a session id (show sess)\n";
-    }
-    auto done = service_->ShutdownSession(id);
+    const std::optional<uint64_t> id = ParseDecimal<uint64_t>(id_text);
+    if (!id) return "error: shutdown session: '" + id_text + "' is not a session id (show sess)\n";
+    auto done = service_->ShutdownSession(*id);
     return done ? "session " + id_text + " reset\n" : "error: " + done.error().message() + "\n";
   }
   if (command == "trace trigger") {

@@ -114,40 +114,14 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   return {};
 }
 
-}  // namespace
-
-FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
-
-Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
-  auto impl = std::make_unique<Impl>();
-  impl->config = config;
-  impl->control_pid = getpid();
-  if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
-  auto ephemeral = KernelEphemeralPorts();
-  if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
-  if (config.backend_ports.automatic()) {
-    impl->backend_ports = DefaultBackendPorts(*ephemeral);
-  } else {
-    if (auto r = CheckOutsideEphemeral(config.backend_ports, *ephemeral); !r) return r.error();
-    impl->backend_ports = {config.backend_ports};
-  }
-
-  std::vector<RulePlace> places;
-  for (const Rule& rule : config.rules) {
-    auto place = PlaceRule(*impl, rule, /*starting=*/true);
-    if (!place) return place.error();
-    impl->PrimeOnce(*place);
-    places.push_back(*place);
-  }
-
-  // Workers: one per --cpus CPU, or as many as the interface with the fewest queues has. A
-  // worker sends through its own queue's socket on every interface, so each needs a queue on
-  // each interface.
+// How many workers, on which CPUs, and how many connections each may hold: one per --cpus CPU,
+// or as many as the interface with the fewest queues has (a worker sends through its own
+// queue's socket on every interface, so each needs a queue on each interface).
+Result<void> PlanWorkers(FastPath::Impl& impl) {
+  const FastPathConfig& config = impl.config;
   uint32_t fewest = STEER_MAX_QUEUES;
   const FastPathInterface* narrowest = nullptr;
-  for (const auto& i : impl->ifaces) {
+  for (const auto& i : impl.ifaces) {
     if (i->queues < fewest) {
       fewest = i->queues;
       narrowest = i.get();
@@ -160,7 +134,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     CPU_ZERO(&allowed);
     const int usable =
         sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-    impl->workers = std::clamp<uint32_t>(static_cast<uint32_t>(usable), 1, fewest);
+    impl.workers = std::clamp<uint32_t>(static_cast<uint32_t>(usable), 1, fewest);
     // Pinned to the least busy of them over a short sample: a spinning worker that migrates
     // takes its caches along and lands beside whatever else runs.
     std::vector<int> candidates;
@@ -169,14 +143,14 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     }
     const auto before = ReadCpuTimes();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    impl->cpus = LeastBusyCpus(candidates, impl->workers, before, ReadCpuTimes());
-    impl->cpus_chosen = true;
-    if (impl->cpus.size() != impl->workers) impl->cpus.assign(impl->workers, -1);
+    impl.cpus = LeastBusyCpus(candidates, impl.workers, before, ReadCpuTimes());
+    impl.cpus_chosen = true;
+    if (impl.cpus.size() != impl.workers) impl.cpus.assign(impl.workers, -1);
   } else {
-    impl->workers = static_cast<uint32_t>(config.cpus.size());
-    impl->cpus = config.cpus;
-    if (impl->workers > fewest) {
-      const std::string n = std::to_string(impl->workers);
+    impl.workers = static_cast<uint32_t>(config.cpus.size());
+    impl.cpus = config.cpus;
+    if (impl.workers > fewest) {
+      const std::string n = std::to_string(impl.workers);
       return Error{{},
                    "--cpus " + FormatCpuList(config.cpus) + ": " + n + " workers need at least " +
                        n + " RX queues on every interface, and " + narrowest->name + " has " +
@@ -186,28 +160,30 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
     }
   }
   const uint64_t capacity = LwipConnectionCapacity();
-  const uint64_t total = config.max_connections.value_or(capacity * impl->workers);
-  impl->max_connections_per_worker =
-      static_cast<uint32_t>((total + impl->workers - 1) / impl->workers);
-  if (impl->max_connections_per_worker > capacity) {
+  const uint64_t total = config.max_connections.value_or(capacity * impl.workers);
+  impl.max_connections_per_worker =
+      static_cast<uint32_t>((total + impl.workers - 1) / impl.workers);
+  if (impl.max_connections_per_worker > capacity) {
     return Error{{},
                  "fast path: --max-connections " + std::to_string(total) + " is above the " +
-                     std::to_string(capacity * impl->workers) + " connections " +
-                     std::to_string(impl->workers) + " worker(s) hold (" +
-                     std::to_string(capacity) +
+                     std::to_string(capacity * impl.workers) + " connections " +
+                     std::to_string(impl.workers) + " worker(s) hold (" + std::to_string(capacity) +
                      " each: lwIP's pcb pool, MEMP_NUM_TCP_PCB in "
                      "stack/lwip/lwipopts.h)"};
   }
+  return {};
+}
 
-  for (auto& i : impl->ifaces) {
-    if (auto r = OpenInterface(*impl, *i); !r) return r.error();
-  }
-  // The workers' shared memory (forwarder/worker_memory.h): its header, then each region.
+// The workers' shared memory (forwarder/worker_memory.h): its header, then each region, each
+// formatted before any worker reads it; the rules written into it.
+Result<void> FormatWorkerMemory(FastPath::Impl& impl, const std::vector<RulePlace>& places) {
+  using Impl = FastPath::Impl;
+  const FastPathConfig& config = impl.config;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   WorkerMemoryPlan plan;
-  plan.workers = impl->workers;
+  plan.workers = impl.workers;
   plan.slot_bytes = sizeof(WorkerSlot);
-  const size_t rings = WorkerHandoff::MemoryBytes(impl->workers);
+  const size_t rings = WorkerHandoff::MemoryBytes(impl.workers);
   plan.handoff_bytes = rings;
   if (config.log_sessions)
     plan.session_ring_bytes = SessionRing::MemoryBytes(Impl::kSessionRecords);
@@ -219,57 +195,65 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   const WorkerMemoryHeader layout = plan.Layout(page);
   auto shared = SharedMemory::Create("xdpfwd-workers", layout.total_bytes);
   if (!shared) return shared.error();
-  impl->shared = std::move(*shared);
-  std::memcpy(impl->shared.data(), &layout, sizeof layout);
-  for (uint32_t w = 0; w < impl->workers; ++w) new (&impl->Slot(w)) WorkerSlot{};
+  impl.shared = std::move(*shared);
+  std::memcpy(impl.shared.data(), &layout, sizeof layout);
+  for (uint32_t w = 0; w < impl.workers; ++w) new (&impl.Slot(w)) WorkerSlot{};
   // Zeroed memory is a connection table's empty state (atomics at 0, no rows).
   // Formatted once: a restarted worker goes on in the ring its predecessor left, so that what
   // led to a crash is still there to dump.
-  for (uint32_t w = 0; w < impl->workers && impl->recording(); ++w) {
-    FlightRecorder::Format(impl->RecorderMemory(w), Impl::kRecorderRecords);
+  for (uint32_t w = 0; w < impl.workers && impl.recording(); ++w) {
+    FlightRecorder::Format(impl.RecorderMemory(w), Impl::kRecorderRecords);
   }
   if (config.log_sessions) {
-    for (uint32_t w = 0; w < impl->workers; ++w) {
-      SessionRing::Format(impl->SessionRingMemory(w), Impl::kSessionRecords);
-      impl->session_rings.push_back(SessionRing::Attach(impl->SessionRingMemory(w)));
+    for (uint32_t w = 0; w < impl.workers; ++w) {
+      SessionRing::Format(impl.SessionRingMemory(w), Impl::kSessionRecords);
+      impl.session_rings.push_back(SessionRing::Attach(impl.SessionRingMemory(w)));
     }
   }
   if (rings != 0) {
-    if (auto r = WorkerHandoff::Format(impl->Rings(), rings, impl->workers); !r) {
+    if (auto r = WorkerHandoff::Format(impl.Rings(), rings, impl.workers); !r) {
       return r.error();
     }
   }
   // The rules, before any worker reads them.
-  WorkerRuleTable::Format(impl->RuleMemory());
-  if (auto r =
-          impl->RuleTable().Write(impl->WorkerRules(config.rules, places, config.global_access));
+  WorkerRuleTable::Format(impl.RuleMemory());
+  if (auto r = impl.RuleTable().Write(impl.WorkerRules(config.rules, places, config.global_access));
       !r) {
     return r.error();
   }
-  // The steering program takes each rule's clients once every worker listens for them.
+  return {};
+}
+
+// The steering program takes each rule's clients once every worker listens for them; then the
+// workers are forked, one at a time, each ready before the next, and the monitor thread starts.
+Result<void> Launch(FastPath::Impl& impl, const std::vector<RulePlace>& places) {
+  const FastPathConfig& config = impl.config;
   for (size_t k = 0; k < config.rules.size(); ++k) {
     const Endpoint listen = config.rules[k].listen.ipv4();
-    FastPathInterface& client = *impl->ifaces[places[k].client];
+    FastPathInterface& client = *impl.ifaces[places[k].client];
     if (auto r = client.steer->AddListener(listen.addr, listen.port, config.rules[k].id); !r) {
       return r.error();
     }
-    impl->steered_listeners.push_back({client.steer.get(), listen});
+    impl.steered_listeners.push_back({client.steer.get(), listen});
   }
-  impl->children.resize(impl->workers);
-  for (uint32_t w = 0; w < impl->workers; ++w) {
-    auto r = impl->Spawn(w);
-    if (r) r = impl->WaitReady(w, std::chrono::seconds(15));
+  impl.children.resize(impl.workers);
+  for (uint32_t w = 0; w < impl.workers; ++w) {
+    auto r = impl.Spawn(w);
+    if (r) r = impl.WaitReady(w, std::chrono::seconds(15));
     if (!r) {
-      impl->StopWorkers();
+      impl.StopWorkers();
       return r.error();
     }
   }
+  FastPath::Impl* p = &impl;
+  impl.monitor = std::thread([p] { p->Monitor(); });
+  return {};
+}
 
-  Impl* p = impl.get();
-  impl->monitor = std::thread([p] { p->Monitor(); });
-  std::unique_ptr<FastPath> fp(new FastPath(std::move(impl)));
+// The start-up line: each interface as it was attached, the backend ports, the workers.
+std::string Describe(const FastPath::Impl& m) {
+  const FastPathConfig& config = m.config;
   std::string d;
-  const Impl& m = *fp->impl_;
   for (const auto& i : m.ifaces) {
     if (!d.empty()) d += ", ";
     std::string addrs = ToString(i->addr);
@@ -299,7 +283,45 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   if (pinned && m.cpus_chosen) d += " (the least busy; --cpus to choose)";
   d += "; up to " + std::to_string(uint64_t{m.max_connections_per_worker} * m.workers) +
        " connections, " + std::to_string(config.steer.flow_capacity) + " client flows";
-  fp->description_ = d;
+  return d;
+}
+
+}  // namespace
+
+FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
+
+Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->control_pid = getpid();
+  if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
+  auto ephemeral = KernelEphemeralPorts();
+  if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
+  if (config.backend_ports.automatic()) {
+    impl->backend_ports = DefaultBackendPorts(*ephemeral);
+  } else {
+    if (auto r = CheckOutsideEphemeral(config.backend_ports, *ephemeral); !r) return r.error();
+    impl->backend_ports = {config.backend_ports};
+  }
+
+  std::vector<RulePlace> places;
+  for (const Rule& rule : config.rules) {
+    auto place = PlaceRule(*impl, rule, /*starting=*/true);
+    if (!place) return place.error();
+    impl->PrimeOnce(*place);
+    places.push_back(*place);
+  }
+
+  if (auto r = PlanWorkers(*impl); !r) return r.error();
+  for (auto& i : impl->ifaces) {
+    if (auto r = OpenInterface(*impl, *i); !r) return r.error();
+  }
+  if (auto r = FormatWorkerMemory(*impl, places); !r) return r.error();
+  if (auto r = Launch(*impl, places); !r) return r.error();
+  std::unique_ptr<FastPath> fp(new FastPath(std::move(impl)));
+  fp->description_ = Describe(*fp->impl_);
   return fp;
 }
 

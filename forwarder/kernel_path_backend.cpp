@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "os/log.h"
+#include "os/parse_number.h"
 
 namespace xdpfwd::kernel_path {
 namespace {
@@ -48,11 +49,9 @@ bool ReadFile(const char* path, std::string& out) {
 }
 
 bool ParsePort(std::string_view text, uint16_t& port) {
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value > 65535) return false;
-  port = static_cast<uint16_t>(value);
-  return true;
+  const std::optional<uint16_t> value = ParsePortNumber(text, /*allow_zero=*/true);
+  if (value) port = *value;
+  return value.has_value();
 }
 
 std::string Trim(std::string_view text) {

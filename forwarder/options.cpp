@@ -9,21 +9,20 @@
 
 #include "forwarder/control_socket.h"
 #include "os/cpu_list.h"
+#include "os/parse_number.h"
 
 namespace xdpfwd {
 namespace {
 
 template <typename T>
 Result<T> ParseNumber(const std::string& option, const std::string& text, T min, T max) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
-      value > max) {
+  const std::optional<T> value = ParseDecimal<T>(text, min, max);
+  if (!value) {
     return Error{{},
                  option + ": '" + text + "' is not a number from " + std::to_string(min) + " to " +
                      std::to_string(max)};
   }
-  return value;
+  return *value;
 }
 
 Result<PortRange> ParsePortRange(const std::string& text) {

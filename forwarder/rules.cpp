@@ -1,5 +1,6 @@
 // Rule parsing: rinetd's file format and ADDRESS:PORT words.
 #include "forwarder/rules.h"
+#include "os/parse_number.h"
 
 #include <arpa/inet.h>
 
@@ -12,14 +13,9 @@ namespace xdpfwd {
 namespace {
 
 Result<uint16_t> ParsePort(const std::string& text, const std::string& whole) {
-  unsigned port = 0;
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, port);
-  if (ec != std::errc() || end != last || first == last || port == 0 || port > 65535) {
-    return Error{{}, "'" + text + "' in '" + whole + "' is not a port number (1-65535)"};
-  }
-  return static_cast<uint16_t>(port);
+  const std::optional<uint16_t> port = ParsePortNumber(text);
+  if (!port) return Error{{}, "'" + text + "' in '" + whole + "' is not a port number (1-65535)"};
+  return *port;
 }
 
 }  // namespace

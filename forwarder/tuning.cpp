@@ -7,6 +7,7 @@
 
 #include "forwarder/fast_path.h"
 #include "forwarder/kernel_path.h"
+#include "os/parse_number.h"
 
 namespace xdpfwd {
 namespace {
@@ -195,15 +196,13 @@ std::string TuningKey::ValueOf(const Tuning& t) const {
 Result<void> TuningKey::Set(Tuning& t, std::string_view value) const {
   const std::string what = "--tune " + std::string(key) + "=" + std::string(value) + ": ";
   if (words.empty()) {
-    uint64_t n = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || n < min ||
-        n > max) {
+    const std::optional<uint64_t> n = ParseDecimal<uint64_t>(value, min, max);
+    if (!n) {
       return Error{
           {},
           what + "expected a number from " + std::to_string(min) + " to " + std::to_string(max)};
     }
-    set(t, n);
+    set(t, *n);
     return {};
   }
   const std::vector<std::string_view> list = Words(words);

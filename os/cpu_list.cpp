@@ -1,5 +1,6 @@
 // CPU list parsing and formatting; see cpu_list.h.
 #include "os/cpu_list.h"
+#include "os/parse_number.h"
 
 #include <algorithm>
 #include <charconv>
@@ -17,11 +18,9 @@ std::string_view Trim(std::string_view s) {
 }
 
 Result<int> ParseCpu(std::string_view item, int max_cpu) {
-  int cpu = -1;
-  const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), cpu);
-  if (item.empty() || ec != std::errc() || end != item.data() + item.size() || cpu < 0) {
-    return Error{{}, "'" + std::string(item) + "' is not a CPU number"};
-  }
+  const std::optional<int> number = ParseDecimal<int>(item);
+  if (!number) return Error{{}, "'" + std::string(item) + "' is not a CPU number"};
+  const int cpu = *number;
   if (cpu > max_cpu) {
     return Error{{},
                  "CPU " + std::to_string(cpu) + " does not exist (the highest is " +

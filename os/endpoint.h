@@ -7,6 +7,7 @@
 #include <charconv>
 #include <string>
 
+#include "os/parse_number.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -26,15 +27,12 @@ inline Result<Endpoint> ParseEndpoint(const std::string& text) {
   if (inet_pton(AF_INET, host.c_str(), &ep.addr) != 1) {
     return Error{{}, "'" + host + "' in '" + text + "' is not an IPv4 address"};
   }
-  unsigned port = 0;
-  const char* first = text.data() + colon + 1;
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, port);
-  if (ec != std::errc() || end != last || first == last || port == 0 || port > 65535) {
+  const std::optional<uint16_t> port = ParsePortNumber(std::string_view(text).substr(colon + 1));
+  if (!port) {
     return Error{
         {}, "'" + text.substr(colon + 1) + "' in '" + text + "' is not a port number (1-65535)"};
   }
-  ep.port = static_cast<uint16_t>(port);
+  ep.port = *port;
   return ep;
 }
 

@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "lwip/pbuf.h"
+#include "os/inet_checksum.h"
 }
 
 namespace xdpfwd {
@@ -36,17 +37,10 @@ void Put16(uint8_t* p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v);
 }
 
-uint16_t Fold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(sum);
-}
-
 // The IPv4 header checksum over `ihl` bytes (its checksum field zeroed first).
 void WriteIpChecksum(uint8_t* ip, uint32_t ihl) {
   Put16(ip + 10, 0);
-  uint32_t sum = 0;
-  for (uint32_t i = 0; i < ihl; i += 2) sum += Get16(ip + i);
-  Put16(ip + 10, static_cast<uint16_t>(~Fold(sum)));
+  Put16(ip + 10, InetChecksum(ip, ihl));
 }
 
 // The headers of an lwIP packet: lwIP puts IP and TCP headers in its first pbuf, but nothing
@@ -96,9 +90,7 @@ struct Headers {
 }  // namespace
 
 void WritePseudoHeaderSum(uint8_t* ip, uint32_t ihl, uint32_t tcp_len) {
-  uint32_t sum = IPPROTO_TCP + tcp_len;
-  for (int i = 12; i < 20; i += 2) sum += Get16(ip + i);
-  Put16(ip + ihl + kTcpChecksumAt, Fold(sum));
+  Put16(ip + ihl + kTcpChecksumAt, InetFold(Ipv4PseudoHeaderSum(ip, IPPROTO_TCP, tcp_len)));
 }
 
 TxBatch::TxBatch() : bytes_(kBytes) {}

@@ -11,6 +11,7 @@
 
 #include "os/endpoint.h"
 #include "os/log.h"
+#include "os/parse_number.h"
 #include "xdp/steer.h"
 
 namespace xdpfwd {
@@ -48,10 +49,9 @@ int Attach(const std::string& ifname, const std::vector<std::string>& args) {
       listeners.push_back(*ep);
     } else if (a == "--flow-capacity" && i + 1 < args.size()) {
       const std::string& v = args[++i];
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), options.flow_capacity);
-      if (ec != std::errc() || end != v.data() + v.size() || options.flow_capacity == 0) {
-        return Usage("--flow-capacity wants a positive number, not '" + v + "'");
-      }
+      const auto capacity = ParseDecimal<decltype(options.flow_capacity)>(v, 1);
+      if (!capacity) return Usage("--flow-capacity wants a positive number, not '" + v + "'");
+      options.flow_capacity = *capacity;
     } else if (a == "--generic") {
       options.force_generic = true;
     } else if (a == "--no-kernel-check") {

@@ -1,5 +1,6 @@
 // The load generator's command line; see args.h.
 #include "bench/loadgen/args.h"
+#include "os/parse_number.h"
 
 #include <unistd.h>
 
@@ -42,15 +43,13 @@ const std::vector<ModeSpec>& Modes() {
 
 template <typename T>
 Result<T> ParseInteger(const std::string& option, const std::string& text, T min, T max) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min ||
-      value > max) {
+  const std::optional<T> value = ParseDecimal<T>(text, min, max);
+  if (!value) {
     return Error{{},
                  option + ": '" + text + "' is not a whole number from " + std::to_string(min) +
                      " to " + std::to_string(max)};
   }
-  return value;
+  return *value;
 }
 
 Result<double> ParseSeconds(const std::string& option, const std::string& text, bool allow_zero) {

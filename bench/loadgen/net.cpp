@@ -1,5 +1,6 @@
 // Addresses and sockets for the load generator; see net.h.
 #include "bench/loadgen/net.h"
+#include "os/parse_number.h"
 
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -44,20 +45,17 @@ Result<SockAddr> ParseAddrPort(const std::string& text, bool allow_port_zero) {
   }
   auto addr = ParseAddr(host);
   if (!addr) return Error{{}, "'" + text + "': " + addr.error().message()};
-  unsigned port = 0;
-  const char* first = text.data() + colon + 1;
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, port);
-  if (ec != std::errc() || end != last || first == last || port > 65535 ||
-      (port == 0 && !allow_port_zero)) {
+  const std::string_view port_text = std::string_view(text).substr(colon + 1);
+  const std::optional<uint16_t> port = ParsePortNumber(port_text, allow_port_zero);
+  if (!port) {
     return Error{{},
-                 "'" + text + "': '" + std::string(first, last) + "' is not a port number (" +
+                 "'" + text + "': '" + std::string(port_text) + "' is not a port number (" +
                      (allow_port_zero ? "0" : "1") + "-65535)"};
   }
   if (addr->family() == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(&addr->storage)->sin_port = htons(static_cast<uint16_t>(port));
+    reinterpret_cast<sockaddr_in*>(&addr->storage)->sin_port = htons(*port);
   } else {
-    reinterpret_cast<sockaddr_in6*>(&addr->storage)->sin6_port = htons(static_cast<uint16_t>(port));
+    reinterpret_cast<sockaddr_in6*>(&addr->storage)->sin6_port = htons(*port);
   }
   return addr;
 }

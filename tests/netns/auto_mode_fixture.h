@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tests/support/child_process.h"
+#include "tests/support/echo_server.h"
 #include "tests/support/forwarder_process.h"
 #include "tests/support/lossy_counters.h"
 #include "tests/support/netns_topology.h"
@@ -95,41 +96,14 @@ inline void ExpectPingPong(int a, int b) {
   ASSERT_EQ(recv(a, &c, 1, MSG_WAITALL), 1);
 }
 
-// Echo server in the server namespace: each connection echoed to EOF on its own thread.
+// The shared echo server (support/echo_server.h) in the server namespace on `port`.
 class EchoBackend {
  public:
   EchoBackend(const Topology& topo, uint16_t port)
-      : listener_(TcpListen(topo.server_ns(), topo.server_addr(), port)) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~EchoBackend() {
-    shutdown(listener_.get(), SHUT_RDWR);  // wakes the blocked accept
-    thread_.join();
-    for (std::thread& t : echoes_) t.join();
-  }
-  EchoBackend(const EchoBackend&) = delete;
-  EchoBackend& operator=(const EchoBackend&) = delete;
+      : server_(TcpListen(topo.server_ns(), topo.server_addr(), port)) {}
 
  private:
-  void Loop() {
-    for (;;) {
-      const int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0 && errno == EINTR) continue;
-      if (c < 0) return;
-      SetTimeouts(c);
-      echoes_.emplace_back([fd = UniqueFd(c)] {
-        try {
-          EchoUntilEof(fd.get());
-        } catch (const std::exception&) {
-          // A reset connection: the client side of the test reports it.
-        }
-      });
-    }
-  }
-
-  UniqueFd listener_;
-  std::thread thread_;
-  std::vector<std::thread> echoes_;  // Loop's thread only, until joined
+  EchoServer server_;
 };
 
 // xdpfwd --path auto with any arguments: ForwarderProcess takes LISTEN BACKEND only, and the

@@ -1,5 +1,6 @@
 // Packet builder for BPF_PROG_TEST_RUN fixtures and stack tests; see packet_builder.h.
 #include "tests/support/packet_builder.h"
+#include "os/inet_checksum.h"
 
 #include <arpa/inet.h>
 
@@ -31,10 +32,7 @@ uint32_t ParseIp(const std::string& dotted) {
 }  // namespace
 
 uint16_t InternetChecksum(const uint8_t* data, size_t len, uint32_t sum) {
-  for (size_t i = 0; i + 1 < len; i += 2) sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
-  if (len & 1) sum += static_cast<uint32_t>(data[len - 1] << 8);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
+  return InetChecksum(data, len, sum);
 }
 
 Packet& Packet::Eth(uint16_t ethertype, Mac src, Mac dst) {

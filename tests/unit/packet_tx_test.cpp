@@ -21,6 +21,7 @@
 
 extern "C" {
 #include "lwip/pbuf.h"
+#include "os/inet_checksum.h"
 }
 
 namespace xdpfwd {
@@ -46,11 +47,6 @@ struct Segment {
 
 uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2); }
-
-uint16_t Fold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(sum);
-}
 
 // lwIP's packet as it reaches the netif: a pbuf chain from the IP header on, headers in the
 // first pbuf and the payload behind them (as lwIP chains a segment's data behind its headers).
@@ -138,7 +134,7 @@ TEST_F(TxBatchTest, ConsecutiveSegmentsOfAFlowBecomeOneGsoPacketWithLinuxsHeader
   EXPECT_EQ(Get16(ip + 2), 40 + payload) << "the IP length of the whole packet";
   uint32_t sum = 0;
   for (int i = 0; i < 20; i += 2) sum += Get16(ip + i);
-  EXPECT_EQ(Fold(sum), 0xffff) << "a valid IP header checksum";
+  EXPECT_EQ(InetFold(sum), 0xffff) << "a valid IP header checksum";
   const uint8_t* tcp = ip + 20;
   EXPECT_EQ(Get32(tcp + 4), 1000u) << "the first segment's sequence number";
   EXPECT_EQ(Get32(tcp + 8), 6000u) << "the newest acknowledgement";
@@ -146,7 +142,7 @@ TEST_F(TxBatchTest, ConsecutiveSegmentsOfAFlowBecomeOneGsoPacketWithLinuxsHeader
   EXPECT_EQ(tcp[13], kAck | kPsh);
   uint32_t pseudo = IPPROTO_TCP + 20 + payload;
   for (int i = 12; i < 20; i += 2) pseudo += Get16(ip + i);
-  EXPECT_EQ(Get16(tcp + 16), Fold(pseudo)) << "the pseudo-header sum over the whole TCP length";
+  EXPECT_EQ(Get16(tcp + 16), InetFold(pseudo)) << "the pseudo-header sum over the whole TCP length";
   for (uint32_t i = 0; i < payload; ++i) {
     ASSERT_EQ(tcp[20 + i], static_cast<uint8_t>(i)) << "payload byte " << i;
   }
