@@ -71,10 +71,9 @@ struct LwipNetifCallbacks {
   static err_t Output(struct netif* nif, struct pbuf* p, const ip4_addr_t* dest) {
     auto* self = static_cast<LwipNetif*>(nif->state);
     const LwipNetifConfig& c = self->config_;
-    in_addr next{};
-    next.s_addr = ip4_addr_get_u32(dest);
-    if (!self->OnLink(next)) next = c.gateway;
-    const auto mac = self->next_hops_.Lookup(next, sys_now());
+    in_addr destination{};
+    destination.s_addr = ip4_addr_get_u32(dest);
+    const auto mac = self->route_.Resolve(destination, sys_now());
     if (!mac) {
       ++self->stats_.tx_no_neighbor;
       return ERR_RTE;  // lwIP keeps the segment queued and sends it again later
@@ -132,7 +131,7 @@ LwipNetif::LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& 
       port_(*ports.front()),
       config_(config),
       netif_(std::make_unique<struct netif>()),
-      next_hops_(config.ifindex) {
+      route_(config.ifindex, config.addr, config.netmask, config.gateway) {
   // Noting and retrying refused flows allocates nothing on the worker: the two lists swap.
   refused_.reserve(kMaxRefusedFlows);
   retrying_.reserve(kMaxRefusedFlows);
@@ -298,27 +297,6 @@ NetifStats LwipNetif::stats() const {
   return s;
 }
 
-bool LwipNetif::OnLink(in_addr a) const {
-  return config_.gateway.s_addr == 0 ||
-         (a.s_addr & config_.netmask.s_addr) == (config_.addr.s_addr & config_.netmask.s_addr);
-}
-
-void LwipNetif::LearnFromSyn(const uint8_t* frame, size_t len) {
-  constexpr size_t kTcpFlagsAt = 13;
-  const uint8_t* ip = frame + SIZEOF_ETH_HDR;
-  if (len < SIZEOF_ETH_HDR + 20 || ip[9] != IPPROTO_TCP) return;
-  const size_t ihl = (ip[0] & 0x0fu) * 4u;
-  if (len < SIZEOF_ETH_HDR + ihl + kTcpFlagsAt + 1 || (ip[ihl + kTcpFlagsAt] & TCP_SYN) == 0) {
-    return;
-  }
-  in_addr src{};
-  std::memcpy(&src.s_addr, ip + 12, sizeof(src.s_addr));
-  if (!OnLink(src)) return;  // behind a gateway: the frame's source is the gateway's MAC
-  MacAddress mac;
-  std::memcpy(mac.data(), frame + 6, mac.size());
-  next_hops_.Learn(src, mac, sys_now());
-}
-
 // A packet longer than one TX frame goes out as a chain of frames (multi-buffer TX, jumbo
 // MTUs). Its TCP checksum is computed here in software: chains only happen above a 4058-byte
 // MTU, and whether 6.18 completes a TX-metadata checksum over a multi-buffer packet was not
@@ -410,7 +388,7 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
       return;
     }
   }
-  LearnFromSyn(first.data, first.len);
+  route_.LearnFromSyn(first.data, first.len, sys_now());
   pbuf* head = nullptr;
   for (uint32_t i = 0; i < count; ++i) {
     const RxFrame& f = frames[i];
@@ -432,7 +410,7 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
 void LwipNetif::InputCopy(std::span<const uint8_t> frame) {
   ++stats_.rx_copied;
   if (frame.size() <= SIZEOF_ETH_HDR || frame.size() - SIZEOF_ETH_HDR > 0xffff) return;
-  LearnFromSyn(frame.data(), frame.size());
+  route_.LearnFromSyn(frame.data(), frame.size(), sys_now());
   const auto len = static_cast<u16_t>(frame.size() - SIZEOF_ETH_HDR);
   pbuf* p = pbuf_alloc(PBUF_RAW, len, PBUF_POOL);
   if (p == nullptr) {

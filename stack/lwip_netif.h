@@ -4,7 +4,8 @@
 // (multi-buffer) enters as a chain of such pbufs. TX goes out through the first port:
 // it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; or, with
 // LwipNetifConfig::packet_tx, into a batch that a packet socket sends with GSO (stack/
-// packet_tx.h). The destination MAC comes from the kernel's neighbour table (lwIP's ARP is off).
+// packet_tx.h). Where each packet goes next, and to which MAC, is NextHopRoute's (stack/
+// next_hop_route.h: the kernel's neighbour table, lwIP's ARP is off).
 #pragma once
 
 #include <netinet/in.h>
@@ -17,7 +18,7 @@
 
 #include "os/result.h"
 #include "stack/neighbor.h"
-#include "stack/next_hop_cache.h"
+#include "stack/next_hop_route.h"
 #include "stack/packet_path_flows.h"
 #include "stack/packet_tx.h"
 #include "stack/worker_handoff.h"
@@ -125,16 +126,12 @@ class LwipNetif {
   void ReplacePacketTxForTest(std::unique_ptr<PacketTx> tx) { packet_tx_ = std::move(tx); }
   static constexpr size_t max_refused_flows() { return kMaxRefusedFlows; }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
-  const NextHopCache& next_hops() const { return next_hops_; }
+  const NextHopCache& next_hops() const { return route_.next_hops(); }
 
  private:
   struct RxPbuf;
   friend struct LwipNetifCallbacks;  // lwIP's C callbacks (output, custom pbuf free)
   LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config);
-  // Reached without the gateway: the next hop is the address itself.
-  bool OnLink(in_addr a) const;
-  // A received SYN or SYN-ACK from an on-link peer: its Ethernet source goes into the cache.
-  void LearnFromSyn(const uint8_t* frame, size_t len);
   // Sends a packet longer than one TX frame as a chain of frames (multi-buffer TX).
   int8_t OutputChain(pbuf* p, const MacAddress& next_hop);  // lwIP's err_t
   // One received packet, its frames in order, into lwIP (or back to the port, if not for it).
@@ -153,7 +150,7 @@ class LwipNetif {
   // Per port, one per UMEM frame, indexed by frame number (each port has its own UMEM).
   std::vector<std::vector<RxPbuf>> rx_pbufs_;
   uint32_t rx_pbufs_in_use_ = 0;
-  NextHopCache next_hops_;
+  NextHopRoute route_;  // where each packet goes next (stack/next_hop_route.h)
   NetifStats stats_;
   std::unique_ptr<PacketTx> packet_tx_;
   uint64_t full_seen_ = 0;  // packet_tx_'s stats().full at the last FlushTx

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "stack/next_hop_cache.h"
+#include "stack/next_hop_route.h"
+#include "tests/support/packet_builder.h"
 
 namespace xdpfwd {
 namespace {
@@ -68,6 +70,47 @@ TEST(NextHopCache, BoundedLeastRecentlyUsedFirst) {
   EXPECT_EQ(cache.Lookup(Ip(999), 15), Mac(static_cast<uint8_t>(999)));
   EXPECT_EQ(cache.kernel_lookups(), 0u);
   EXPECT_EQ(cache.Lookup(Ip(2), 15), std::nullopt) << "evicted long ago";
+}
+
+// The routing policy beside the cache (stack/next_hop_route.h): on the backend side's /32 with
+// a gateway, everything but the interface's own address goes through the gateway and only an
+// on-link peer's SYN teaches a MAC; on the client side (no gateway) every address is on-link.
+TEST(NextHopRoute, OnLinkPeersDirectlyTheRestThroughTheGateway) {
+  NextHopRoute backend_side(0, Ip(0x0a000001), Ip(0xffffffff), Ip(0x0a0000fe));
+  EXPECT_TRUE(backend_side.OnLink(Ip(0x0a000001)));
+  EXPECT_FALSE(backend_side.OnLink(Ip(0x0a000002)));
+  EXPECT_EQ(backend_side.NextHop(Ip(0x0a000002)).s_addr, Ip(0x0a0000fe).s_addr);
+  NextHopRoute lan(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0x0a0000fe));
+  EXPECT_TRUE(lan.OnLink(Ip(0x0a000002)));
+  EXPECT_EQ(lan.NextHop(Ip(0x0a000002)).s_addr, Ip(0x0a000002).s_addr);
+  EXPECT_EQ(lan.NextHop(Ip(0x0b000002)).s_addr, Ip(0x0a0000fe).s_addr);
+  NextHopRoute client_side(0, Ip(0x0a010001), Ip(0), Ip(0));
+  EXPECT_TRUE(client_side.OnLink(Ip(0xc6120001)));
+}
+
+TEST(NextHopRoute, ASynFromAnOnLinkPeerTeachesItsMacAndDataFramesDoNot) {
+  NextHopRoute lan(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0));
+  const test::Mac peer{2, 0, 0, 0, 0, 7};
+  const auto data = test::Packet()
+                        .Eth(0x0800, peer)
+                        .IPv4("10.0.0.2", "10.0.0.1")
+                        .Tcp(40000, 9001, 0x10)
+                        .Payload("x")
+                        .Build();
+  lan.LearnFromSyn(data.data(), data.size(), 1000);
+  EXPECT_EQ(lan.next_hops().size(), 0u) << "an ACK with data teaches nothing";
+  const auto syn =
+      test::Packet().Eth(0x0800, peer).IPv4("10.0.0.2", "10.0.0.1").Tcp(40000, 9001, 0x02).Build();
+  lan.LearnFromSyn(syn.data(), syn.size(), 1000);
+  EXPECT_EQ(lan.Resolve(Ip(0x0a000002), 1001), Mac(7));
+  const auto cut = test::Packet()
+                       .Eth(0x0800, test::Mac{2, 0, 0, 0, 0, 8})
+                       .IPv4("10.0.0.3", "10.0.0.1")
+                       .Tcp(40000, 9001, 0x02)
+                       .TruncateTo(14 + 20 + 10)
+                       .Build();
+  lan.LearnFromSyn(cut.data(), cut.size(), 1000);
+  EXPECT_EQ(lan.next_hops().size(), 1u) << "a frame cut before the TCP flags teaches nothing";
 }
 
 }  // namespace
