@@ -26,6 +26,7 @@
 #include "forwarder/service_notify.h"
 #include "forwarder/trace_trigger.h"
 #include "os/clock.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 #include "os/parse_number.h"
 
@@ -163,10 +164,11 @@ int LoopState::Run(Service& service) {
   }
   next_diagnosis_ = Clock::now();  // the first look is the baseline
   epoll_event events[32];
+  ForkGate& gate = ForkGate::OfProcess();
   while (!done_) {
     const int n = epoll_wait(epoll_.get(), events, 32, WaitMs());
-    // Everything below allocates: no worker is forked meanwhile (Service::HoldForks).
-    auto forks = service_->HoldForks();
+    // Everything below allocates and logs: no worker is forked meanwhile (os/fork_gate.h).
+    const ForkGate::Pass working = gate.Enter();
     if (n < 0 && errno != EINTR) {
       Log(std::string("control loop: epoll_wait: ") + std::strerror(errno));
       break;

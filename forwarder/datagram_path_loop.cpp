@@ -23,6 +23,7 @@
 #include "forwarder/access.h"
 #include "forwarder/intrusive_list.h"
 #include "os/clock.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 #include "os/unique_fd.h"
 
@@ -241,8 +242,11 @@ void Loop::RequestStop() {
 
 void Loop::Run() {
   epoll_event events[kEventBatch];
+  ForkGate& gate = ForkGate::OfProcess();
   while (!stop_.load(std::memory_order_acquire)) {
     const int n = epoll_wait(epoll_.get(), events, kEventBatch, NextTimeoutMs());
+    // The batch's work is one stretch of the fork gate's (os/fork_gate.h).
+    const ForkGate::Pass working = gate.Enter();
     if (n < 0 && errno != EINTR) {
       Add(counters_.errors);
       Log(std::string("datagram path: epoll_wait: ") + std::strerror(errno) + "; thread stops");

@@ -422,8 +422,6 @@ void FastPath::Stop() {
 
 FastPath::~FastPath() { Stop(); }
 
-std::unique_lock<std::mutex> FastPath::HoldForks() { return std::unique_lock(impl_->fork_mu); }
-
 std::string FastPathSnapshot::RxByQueue() const {
   std::string out;
   for (const QueueRx& q : rx_by_queue) {

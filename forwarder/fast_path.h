@@ -185,9 +185,6 @@ class FastPath {
   FastPath& operator=(const FastPath&) = delete;
 
   void Stop();
-  // While held, no worker is forked: for a thread that allocates (the control loop), so that a
-  // worker forked meanwhile never inherits an allocator lock taken (see fast_path_impl.h).
-  std::unique_lock<std::mutex> HoldForks();
   // "veth-c (198.18.0.1, XDP native, 2 RX queues, all served, copy mode), ...".
   const std::string& description() const { return description_; }
   // The workers' CPUs, one per worker (-1: not pinned), and process ids (-1: restarting).

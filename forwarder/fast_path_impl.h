@@ -190,13 +190,13 @@ struct FastPath::Impl {
     std::vector<RuleTotals> last_rules;
     uint64_t heartbeat = 0;  // the watchdog's last reading, and when it last moved
     std::chrono::steady_clock::time_point moved;
+    bool respawn = false;  // dead, and not forked again yet: the monitor's next round tries
   };
   std::mutex mu;  // children, retired, snapshot requests
-  // Held around each fork (Spawn) and by the control loop while it works (FastPath::HoldForks):
-  // a child inherits every lock as it was, and a lock another thread held at the fork stays
-  // held forever in the child. glibc's malloc is safe across fork; ASan's allocator (gcc 12)
-  // is not, and a restarted worker hung in its first malloc (WorkerDeathTest under ASan).
-  std::mutex fork_mu;
+  // How long Spawn waits for the process's other threads to be between two stretches of work
+  // (os/fork_gate.h; a worker restarted while one was in ASan's allocator hung in its first
+  // malloc, WorkerDeathTest). Longer only if a thread holds its pass while waiting on another.
+  static constexpr std::chrono::milliseconds kForkPatience{2000};
   std::vector<Child> children;
   FastPathCounters retired;  // what dead workers had counted (their gauges left out)
   std::vector<RuleTotals> retired_rules;
@@ -217,7 +217,8 @@ struct FastPath::Impl {
   void StopWorkers();
   void Monitor();
   void Restart(uint32_t w, int status);
-  void Watch(uint32_t w);  // kills worker w if its heartbeat stood still past the watchdog
+  void Respawn(uint32_t w);  // Spawn and WaitReady for a worker that died; retried if not forked
+  void Watch(uint32_t w);    // kills worker w if its heartbeat stood still past the watchdog
   FastPathSnapshot Collect(std::vector<FastPathSnapshot>* each);  // each: per worker, or null
   void CountFlows(FastPathSnapshot& s) const;
 };

@@ -14,6 +14,7 @@
 
 #include "forwarder/fast_path_impl.h"
 #include "os/clock.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 #include "stack/worker_handoff.h"
 
@@ -66,11 +67,17 @@ Result<void> FastPath::Impl::Spawn(uint32_t w) {
   slot.heartbeat.store(0, std::memory_order_relaxed);
   slot.published.store(slot.wanted.load(std::memory_order_relaxed), std::memory_order_relaxed);
   std::fflush(stderr);
-  std::unique_lock forks(fork_mu);
-  const pid_t pid = fork();
-  forks.unlock();  // (the child never returns here: RunWorkerProcess ends in _exit)
+  // Only while no other thread works (os/fork_gate.h): the child would keep any lock one held.
+  const std::optional<pid_t> forked = ForkGate::OfProcess().Fork(kForkPatience);
+  if (!forked) {
+    return Error{{},
+                 "fast path: worker " + std::to_string(w) + " not forked: other threads of the " +
+                     "control process stayed at work for " + std::to_string(kForkPatience.count()) +
+                     " ms"};
+  }
+  const pid_t pid = *forked;
   if (pid < 0) return SystemError("fast path: forking worker " + std::to_string(w));
-  if (pid == 0) RunWorkerProcess(*this, w);
+  if (pid == 0) RunWorkerProcess(*this, w);  // never returns: it ends in _exit
   std::lock_guard lock(mu);
   children[w].pid = pid;
   children[w].heartbeat = 0;  // the watchdog counts from the start
@@ -157,8 +164,15 @@ void FastPath::Impl::Restart(uint32_t w, int status) {
   Log("fast path: worker " + std::to_string(w) + " " + ExitStatus(status) + "; its connections (" +
       std::to_string(lost) + " at the last stats) are lost, " + std::to_string(removed) +
       " flow entries removed; restarting it");
+  Respawn(w);
+}
+
+void FastPath::Impl::Respawn(uint32_t w) {
+  children[w].respawn = false;
   if (auto r = Spawn(w); !r) {
-    Log(r.error().message());
+    // Not forked (the other threads stayed at work, or fork failed): the next round tries again.
+    Log(r.error().message() + "; trying again");
+    children[w].respawn = true;
     return;
   }
   if (auto r = WaitReady(w, std::chrono::seconds(10)); !r) {
@@ -229,6 +243,8 @@ void FastPath::Impl::Monitor() {
           children[w].pid = -1;
         }
         Restart(w, status);
+      } else if (pid <= 0 && children[w].respawn) {
+        Respawn(w);
       } else {
         Watch(w);
       }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "forwarder/proxy_protocol.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 
 namespace xdpfwd {
@@ -267,8 +268,11 @@ void HealthChecker::PublishWeights(Checked& checked) {
 
 void HealthChecker::Run() {
   epoll_event events[64];
+  ForkGate& gate = ForkGate::OfProcess();
   while (!stop_) {
     int wait_ms = 100;
+    // Each round's work is a stretch of the fork gate's (os/fork_gate.h); the wait is not.
+    ForkGate::Pass working = gate.Enter();
     {
       std::lock_guard lock(mu_);
       const Clock::time_point now = Clock::now();
@@ -286,8 +290,10 @@ void HealthChecker::Run() {
         }
       }
     }
+    working.Release();
     const int n = epoll_wait(epoll_.get(), events, 64, wait_ms);
     if (n <= 0) continue;
+    working = gate.Enter();
     std::lock_guard lock(mu_);
     const Clock::time_point now = Clock::now();
     for (int i = 0; i < n; ++i) {

@@ -21,6 +21,7 @@
 #include "forwarder/access.h"
 #include "forwarder/backend_choice.h"
 #include "forwarder/kernel_path_connection.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 
 namespace xdpfwd::kernel_path {
@@ -257,12 +258,18 @@ void Loop::Run() {
   pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
 
   epoll_event events[kEventBatch];
+  ForkGate& gate = ForkGate::OfProcess();
   while (!stop_.load(std::memory_order_acquire)) {
+    // A batch's work is one stretch of the fork gate's (os/fork_gate.h): the fast path forks no
+    // worker while this thread may hold a lock, and none while it waits for events either.
+    ForkGate::Pass working = gate.Enter();
     // Here, between batches, no epoll event of this iteration can still name a listener.
     if (board_.generation() != plan_->generation) ApplyPlan(board_.Current());
     // Busy-polling never sleeps, so deadlines are checked on every spin (ExpireDeadlines).
     const int timeout = config_.busy_poll ? 0 : NextTimeoutMs();
+    if (timeout != 0) working.Release();  // a fork may happen while this thread sleeps
     const int n = epoll_wait(epoll_.get(), events, kEventBatch, timeout);
+    if (timeout != 0) working = gate.Enter();
     if (n < 0 && errno != EINTR) {
       Add(counters_.errors);
       Log(std::string("kernel path: epoll_wait: ") + std::strerror(errno) + "; thread stops");
@@ -296,6 +303,7 @@ void Loop::Run() {
     // set) and this batch's events have been handled.
     ended_.clear();
   }
+  const ForkGate::Pass ending = gate.Enter();
   ResetEverything();
 }
 

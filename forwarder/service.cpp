@@ -687,8 +687,4 @@ std::vector<WorkerRecording> Service::Recordings() const {
   return rings;
 }
 
-std::unique_lock<std::mutex> Service::HoldForks() {
-  return fast_ ? fast_->HoldForks() : std::unique_lock<std::mutex>();
-}
-
 }  // namespace xdpfwd

@@ -80,8 +80,6 @@ class Service {
   uint64_t BeginDrain();
   bool draining() const { return draining_; }
   uint64_t OpenConnections() const;
-  // While held, the fast path forks no worker (FastPath::HoldForks); empty without one.
-  std::unique_lock<std::mutex> HoldForks();
   void Stop();  // resets what is open, detaches XDP; idempotent
 
  private:

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "forwarder/access.h"
+#include "os/fork_gate.h"
 #include "os/log.h"
 
 namespace xdpfwd {
@@ -199,6 +200,7 @@ void SessionLog::Run() {
       cv_.wait_for(lock, kRound, [&] { return stop_ || reopen_ || flush_wanted_ > flush_done_; });
       stopping = stop_;
     }
+    const ForkGate::Pass working = ForkGate::OfProcess().Enter();  // os/fork_gate.h
     WriteRound();
     if (stopping) return;
   }
