@@ -2,6 +2,7 @@
 // wakes for the next due check or deadline, 100 ms at the longest (a stop is seen that soon).
 #include "forwarder/health_checker.h"
 
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "forwarder/proxy_protocol.h"
+#include "os/endpoint.h"
 #include "os/fork_gate.h"
 #include "os/log.h"
 
@@ -22,8 +24,9 @@ std::chrono::milliseconds HealthChecker::CheckTimeout(const Rule& rule) {
   return std::max(std::chrono::milliseconds(rule.check_ms), std::chrono::milliseconds(1000));
 }
 
-Result<std::unique_ptr<HealthChecker>> HealthChecker::Start(HealthBoard& board) {
-  std::unique_ptr<HealthChecker> c(new HealthChecker(board));
+Result<std::unique_ptr<HealthChecker>> HealthChecker::Start(HealthBoard& board,
+                                                            std::vector<in_addr> backend_sources) {
+  std::unique_ptr<HealthChecker> c(new HealthChecker(board, std::move(backend_sources)));
   c->epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!c->epoll_) return SystemError("health checks: epoll_create1");
   HealthChecker* self = c.get();
@@ -135,14 +138,10 @@ std::vector<HealthChecker::BackendView> HealthChecker::View() const {
 }
 
 void HealthChecker::Begin(Check& c, Clock::time_point now) {
-  const Rule& rule = c.owner->rule;
   c.started = now;
   UniqueFd fd(socket(c.address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return End(c, false, std::string("socket: ") + std::strerror(errno), now);
-  if (rule.source.family() == c.address.family() &&
-      bind(fd.get(), rule.source.get(), rule.source.length) != 0) {
-    return End(c, false, std::string("bind to the rule's src: ") + std::strerror(errno), now);
-  }
+  if (auto r = BindSource(fd.get(), c); !r) return End(c, false, r.error().message(), now);
   if (connect(fd.get(), c.address.get(), c.address.length) != 0 && errno != EINPROGRESS) {
     return End(c, false, std::strerror(errno), now);
   }
@@ -155,6 +154,27 @@ void HealthChecker::Begin(Check& c, Clock::time_point now) {
   }
   c.fd = std::move(fd);
   in_flight_[c.token] = &c;
+}
+
+Result<void> HealthChecker::BindSource(int fd, const Check& c) {
+  const Rule& rule = c.owner->rule;
+  if (rule.source.family() == c.address.family()) {
+    if (bind(fd, rule.source.get(), rule.source.length) != 0) {
+      return Error{{}, std::string("bind to the rule's src: ") + std::strerror(errno)};
+    }
+    return {};
+  }
+  if (c.address.family() != AF_INET || backend_sources_.empty()) return {};
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr = backend_sources_[next_source_++ % backend_sources_.size()];
+  const int on = 1;  // the port is chosen at connect, per 4-tuple, as for the backend legs
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&source), sizeof source) != 0) {
+    return Error{
+        {}, "bind to --backend-source " + ToString(source.sin_addr) + ": " + std::strerror(errno)};
+  }
+  return {};
 }
 
 void HealthChecker::End(Check& c, bool passed, const std::string& why, Clock::time_point now) {

@@ -8,6 +8,8 @@
 // board's per-backend counters for `show backends` and the metrics.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -50,8 +52,11 @@ class HealthChecker {
     uint64_t bytes_to_backend = 0, bytes_from_backend = 0;
   };
 
-  // Writes to `board`, which must outlive the checker.
-  static Result<std::unique_ptr<HealthChecker>> Start(HealthBoard& board);
+  // Writes to `board`, which must outlive the checker. `backend_sources` (--backend-source):
+  // a check of an IPv4 backend of a rule without src= comes from each of them in turn, as the
+  // backend legs do, so that it tries the path clients' connections take.
+  static Result<std::unique_ptr<HealthChecker>> Start(HealthBoard& board,
+                                                      std::vector<in_addr> backend_sources = {});
   ~HealthChecker();  // stops its thread; the board keeps the last verdicts
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
@@ -90,7 +95,11 @@ class HealthChecker {
     std::vector<Check> backends;
   };
 
-  explicit HealthChecker(HealthBoard& board) : board_(board) {}
+  HealthChecker(HealthBoard& board, std::vector<in_addr> backend_sources)
+      : board_(board), backend_sources_(std::move(backend_sources)) {}
+  // Binds a check's socket where the backend legs would be: the rule's src=, else the next
+  // --backend-source (IPv4 backends); an error says which address failed.
+  Result<void> BindSource(int fd, const Check& c);
   void Run();
   void Begin(Check& check, Clock::time_point now);
   void End(Check& check, bool passed, const std::string& why, Clock::time_point now);
@@ -103,6 +112,8 @@ class HealthChecker {
   static std::chrono::milliseconds CheckTimeout(const Rule& rule);
 
   HealthBoard& board_;
+  const std::vector<in_addr> backend_sources_;
+  size_t next_source_ = 0;  // the checker thread's
   UniqueFd epoll_;
   mutable std::mutex mu_;  // everything below
   std::vector<std::unique_ptr<Checked>> rules_;

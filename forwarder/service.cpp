@@ -171,7 +171,7 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
   if (!board) return board.error();
   s->health_memory_ = std::move(*board);
   s->health_ = new (s->health_memory_.data()) HealthBoard{};
-  auto checker = HealthChecker::Start(*s->health_);
+  auto checker = HealthChecker::Start(*s->health_, o.backend_sources);
   if (!checker) return checker.error();
   s->checker_ = std::move(*checker);
   s->checker_->SetRules(c.rules);  // entries claimed before any picker looks for them

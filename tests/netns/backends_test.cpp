@@ -264,6 +264,45 @@ TEST_P(BackendsTest, ActiveChecksLeaveADeadBackendOutBeforeAnyClient) {
   EXPECT_EQ(fwd->Stop(), 0);
 }
 
+// A check goes where the backend legs go: from each --backend-source address in turn (both
+// paths), so that a backend which lets only those addresses in is checked on the path its
+// clients' connections take, not from the interface's own address.
+TEST_P(BackendsTest, ActiveChecksComeFromTheBackendSources) {
+  const uint32_t base = ntohl(topo_.server_gw().s_addr) & 0xffffff00u;
+  in_addr a{}, b{};
+  a.s_addr = htonl(base | 200);
+  b.s_addr = htonl(base | 201);
+  for (const in_addr& x : {a, b}) {
+    const CommandResult r =
+        topo_.Run("", "ip addr add " + ToString(x) + "/32 dev " + topo_.server_side_if());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kFirstBackendPort);
+  const std::string config = WriteConfig("[check=50ms, fall=2, rise=1]", {});
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), config,
+                                          {"--backend-source", ToString(a) + "," + ToString(b)});
+  std::map<std::string, int> sources;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (int seen = 0; seen < 10 && std::chrono::steady_clock::now() < until;) {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (poll(&p, 1, 100) != 1) continue;
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    UniqueFd c(accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC));
+    if (!c) continue;
+    ++sources[ToString(peer.sin_addr)];
+    ++seen;
+  }
+  std::string seen;
+  for (const auto& [address, n] : sources) seen += address + " x" + std::to_string(n) + " ";
+  EXPECT_EQ(sources.size(), 2u) << "checks came from: " << seen << "\n" << fwd->output();
+  EXPECT_GE(sources[ToString(a)], 4) << seen;
+  EXPECT_GE(sources[ToString(b)], 4) << seen;
+  EXPECT_NE(fwd->Control("show backends").find(",ready,up,"), std::string::npos)
+      << fwd->Control("show backends");
+  EXPECT_EQ(fwd->Stop(), 0) << fwd->output();
+}
+
 // `set backend RULE ADDR:PORT drain` on the control socket: new clients go to the other
 // backend while a connection already open on the drained one carries on; `ready` brings it
 // back into the picks. A rule without checks is listed as unchecked.
