@@ -2,6 +2,7 @@
 // each fixture names the expected XDP action and the one reason counter that must move.
 // Needs root (loading BPF); the AF_XDP socket that makes redirects possible is bound to lo,
 // where no program is attached, so no traffic is affected.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <net/if.h>
@@ -427,6 +428,11 @@ TEST_F(SteerFixtureTest, KernelCheckCanBeTurnedOff) {
 TEST_F(SteerFixtureTest, RepeatedRunsTakeTheSameDecision) {
   BindSocket();
   Expect(Syn(40050), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  in6_addr client6{}, listen6{};
+  inet_pton(AF_INET6, "2001:db8::2", &client6);
+  inet_pton(AF_INET6, "2001:db8::1", &listen6);
+  ASSERT_TRUE(prog_->AddFlow(
+      SteerTuple{SteerAddress::V6(client6), SteerAddress::V6(listen6), 40050, 80}, 0, 7));
   struct Timed {
     const char* name;
     std::vector<uint8_t> frame;
@@ -443,6 +449,12 @@ TEST_F(SteerFixtureTest, RepeatedRunsTakeTheSameDecision) {
       {"ipv4 syn to no listener", Syn(40052, kListen, 22), XDP_PASS, SteerReason::kPassNotListener},
       {"arp", Packet().Eth(0x0806).Raw(std::vector<uint8_t>(28, 0)).Build(), XDP_PASS,
        SteerReason::kPassNotIp},
+      {"ipv6 data of a known flow",
+       Packet().Eth().IPv6("2001:db8::2", "2001:db8::1").Tcp(40050, 80, kAck).Payload("x").Build(),
+       XDP_REDIRECT, SteerReason::kRedirectFlow},
+      {"ipv6 ack of no flow",
+       Packet().Eth().IPv6("2001:db8::2", "2001:db8::1").Tcp(40051, 80, kAck).Build(), XDP_PASS,
+       SteerReason::kPassUnknownFlow},
   };
   constexpr uint32_t kRuns = 100000;
   for (const Timed& t : table) {
