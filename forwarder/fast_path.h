@@ -199,7 +199,7 @@ class FastPath {
   FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr);
   // Steering decisions summed over interfaces (after Stop(): the last reading).
   SteerCounters SteerDecisions() const;
-  // The same as "redirect_new_flow=3 pass_not_ipv4=2" (reasons that counted nothing left out).
+  // The same as "redirect_new_flow=3 pass_not_ip=2" (reasons that counted nothing left out).
   std::string SteerCountersLine() const;
   // Removes every listener from the steering programs: a new client's SYN goes to the kernel
   // (refused there unless the kernel path listens), while the flows of open connections stay

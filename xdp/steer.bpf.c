@@ -3,7 +3,8 @@
  * packet of a known flow go to the AF_XDP socket of the rx queue they arrived
  * on (userspace binds one on every queue); everything
  * else passes to the kernel. Nothing is ever dropped. Each decision is counted
- * per CPU under a stable reason code.
+ * per CPU under a stable reason code. IPv4 and IPv6 are decided alike, over
+ * one set of maps whose keys carry the address family.
  *
  * It is an xdp.frags program: a packet may come in several buffers (a TSO
  * super-segment in generic mode, a jumbo frame in native mode), and the
@@ -13,7 +14,9 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
+#include <linux/in6.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -31,6 +34,12 @@
 #endif
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
+/* IPv6 next headers that are extension headers (IANA's list; in6.h has the
+ * older ones). */
+#define IPPROTO_HIP 139
+#define IPPROTO_SHIM6 140
+#define IPPROTO_EXP1 253
+#define IPPROTO_EXP2 254
 
 /* Runtime settings, written through the skeleton before load. */
 const volatile __u8 check_kernel_sockets = 1;
@@ -99,17 +108,28 @@ struct hdr_cursor {
 	void *end;
 };
 
-/* Ethernet, IPv4 without options and TCP without options: all the program
- * reads (TCP options are only measured). Two bytes of padding in front put
- * the IPv4 and TCP headers on 4-byte boundaries: the verifier refuses
- * misaligned stack reads. */
+/* Ethernet, IPv4 without options or IPv6 without extension headers, and TCP
+ * without options: all the program reads (TCP options are only measured).
+ * Two bytes of padding in front put the IP and TCP headers on 4-byte
+ * boundaries: the verifier refuses misaligned stack reads. */
 struct packet_head {
 	__u8 pad[2];
 	struct ethhdr eth;
-	struct iphdr ip;
-	struct tcphdr tcp;
+	union {
+		struct {
+			struct iphdr ip;
+			struct tcphdr tcp;
+		} v4;
+		struct {
+			struct ipv6hdr ip;
+			struct tcphdr tcp;
+		} v6;
+	};
 };
 
+/* Sized for IPv6's headers, the longer. A packet in one buffer has all its
+ * bytes there however short it is: only a multi-buffer packet whose first
+ * buffer is shorter than this is copied. */
 #define HEAD_BYTES (sizeof(struct packet_head) - 2)
 
 static __always_inline int decide(struct xdp_md *ctx, __u32 reason, int action)
@@ -161,6 +181,16 @@ static __always_inline struct iphdr *parse_ipv4(struct hdr_cursor *c)
 	return ip;
 }
 
+static __always_inline struct ipv6hdr *parse_ipv6(struct hdr_cursor *c)
+{
+	struct ipv6hdr *ip6 = c->pos;
+
+	if ((void *)(ip6 + 1) > c->end)
+		return NULL;
+	c->pos = ip6 + 1;
+	return ip6;
+}
+
 static __always_inline struct tcphdr *parse_tcp(struct hdr_cursor *c)
 {
 	struct tcphdr *tcp = c->pos;
@@ -171,23 +201,146 @@ static __always_inline struct tcphdr *parse_tcp(struct hdr_cursor *c)
 	return tcp;
 }
 
+/* What parse_ipv4_tcp and parse_ipv6_tcp return for a TCP segment the program
+ * goes on to decide: no reason yet. */
+#define STEER_TCP_SEGMENT STEER_NR_REASONS
+
+/* The TCP header after `ip_hlen` bytes of IP header and an IP datagram of
+ * `ip_len` bytes: where `*tcp` points, or the reason to pass the packet.
+ * Lengths are checked against the whole packet, every buffer of it: the TCP
+ * options and the payload may lie beyond the first. The datagram must cover
+ * the headers and fit in the packet (which may carry Ethernet padding beyond
+ * it). */
+static __always_inline __u32 parse_tcp_in(struct hdr_cursor *c, __u64 pkt_len,
+					  __u32 ip_hlen, __u32 ip_len,
+					  struct tcphdr **tcp)
+{
+	__u32 tcp_hlen;
+
+	*tcp = parse_tcp(c);
+	if (!*tcp)
+		return STEER_PASS_TRUNCATED;
+	tcp_hlen = (*tcp)->doff * 4;
+	if (tcp_hlen < sizeof(**tcp) ||
+	    sizeof(struct ethhdr) + ip_hlen + tcp_hlen > pkt_len)
+		return STEER_PASS_MALFORMED;
+	if (ip_len < ip_hlen + tcp_hlen ||
+	    sizeof(struct ethhdr) + ip_len > pkt_len)
+		return STEER_PASS_MALFORMED;
+	return STEER_TCP_SEGMENT;
+}
+
+/* An IPv4 TCP segment's 4-tuple into `key`, or the reason to pass it. */
+static __always_inline __u32 parse_ipv4_tcp(struct hdr_cursor *c, __u64 pkt_len,
+					    struct steer_flow_key *key,
+					    struct tcphdr **tcp)
+{
+	struct iphdr *ip = parse_ipv4(c);
+	__u32 reason;
+
+	if (!ip)
+		return STEER_PASS_TRUNCATED;
+	if (ip->version != 4 || ip->ihl < 5)
+		return STEER_PASS_MALFORMED;
+	if (ip->ihl != 5)
+		return STEER_PASS_IP_OPTIONS;
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return STEER_PASS_FRAGMENT;
+	if (ip->protocol != IPPROTO_TCP)
+		return STEER_PASS_NOT_TCP;
+	reason = parse_tcp_in(c, pkt_len, sizeof(*ip), bpf_ntohs(ip->tot_len),
+			      tcp);
+	if (reason != STEER_TCP_SEGMENT)
+		return reason;
+	key->family = STEER_AF_INET;
+	key->saddr[0] = ip->saddr;
+	key->daddr[0] = ip->daddr;
+	key->sport = (*tcp)->source;
+	key->dport = (*tcp)->dest;
+	return STEER_TCP_SEGMENT;
+}
+
+/* Next headers that are IPv6 extension headers, the fragment header aside. */
+static __always_inline int ipv6_ext_header(__u8 nexthdr)
+{
+	switch (nexthdr) {
+	case IPPROTO_HOPOPTS:
+	case IPPROTO_ROUTING:
+	case IPPROTO_ESP:
+	case IPPROTO_AH:
+	case IPPROTO_DSTOPTS:
+	case IPPROTO_MH:
+	case IPPROTO_HIP:
+	case IPPROTO_SHIM6:
+	case IPPROTO_EXP1:
+	case IPPROTO_EXP2:
+		return 1;
+	}
+	return 0;
+}
+
+/* An IPv6 TCP segment's 4-tuple into `key`, or the reason to pass it. Only a
+ * TCP header right after the fixed header is steered: the first next header
+ * decides, and the program walks no extension header chain (the kernel takes
+ * those packets, as it takes IPv4 ones with options). A payload length of 0
+ * (a jumbogram, which needs a hop-by-hop header) is malformed here. */
+static __always_inline __u32 parse_ipv6_tcp(struct hdr_cursor *c, __u64 pkt_len,
+					    struct steer_flow_key *key,
+					    struct tcphdr **tcp)
+{
+	struct ipv6hdr *ip6 = parse_ipv6(c);
+	__u32 reason;
+
+	if (!ip6)
+		return STEER_PASS_TRUNCATED;
+	if (ip6->version != 6)
+		return STEER_PASS_MALFORMED;
+	if (ip6->nexthdr == IPPROTO_FRAGMENT)
+		return STEER_PASS_FRAGMENT;
+	if (ipv6_ext_header(ip6->nexthdr))
+		return STEER_PASS_IPV6_EXT_HEADER;
+	if (ip6->nexthdr != IPPROTO_TCP) /* ICMPv6 among them */
+		return STEER_PASS_NOT_TCP;
+	reason = parse_tcp_in(c, pkt_len, sizeof(*ip6),
+			      sizeof(*ip6) + bpf_ntohs(ip6->payload_len), tcp);
+	if (reason != STEER_TCP_SEGMENT)
+		return reason;
+	key->family = STEER_AF_INET6;
+	__builtin_memcpy(key->saddr, &ip6->saddr, sizeof(key->saddr));
+	__builtin_memcpy(key->daddr, &ip6->daddr, sizeof(key->daddr));
+	key->sport = (*tcp)->source;
+	key->dport = (*tcp)->dest;
+	return STEER_TCP_SEGMENT;
+}
+
 /* Does a kernel socket already own this 4-tuple? A SYN finds the kernel's
  * listening socket when one is bound to the same address and port (auto mode
  * serves both paths on one listener): a listener owns no 4-tuple, so only a
  * non-listening socket counts. */
-static __always_inline int kernel_owns(struct xdp_md *ctx, struct iphdr *ip,
-				       struct tcphdr *tcp)
+static __always_inline int kernel_owns(struct xdp_md *ctx,
+				       const struct steer_flow_key *key)
 {
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
+	__u32 tuple_len;
 	int owns;
 
-	tuple.ipv4.saddr = ip->saddr;
-	tuple.ipv4.daddr = ip->daddr;
-	tuple.ipv4.sport = tcp->source;
-	tuple.ipv4.dport = tcp->dest;
-	sk = bpf_skc_lookup_tcp(ctx, &tuple, sizeof(tuple.ipv4),
-				BPF_F_CURRENT_NETNS, 0);
+	if (key->family == STEER_AF_INET6) {
+		__builtin_memcpy(tuple.ipv6.saddr, key->saddr,
+				 sizeof(key->saddr));
+		__builtin_memcpy(tuple.ipv6.daddr, key->daddr,
+				 sizeof(key->daddr));
+		tuple.ipv6.sport = key->sport;
+		tuple.ipv6.dport = key->dport;
+		tuple_len = sizeof(tuple.ipv6);
+	} else {
+		tuple.ipv4.saddr = key->saddr[0];
+		tuple.ipv4.daddr = key->daddr[0];
+		tuple.ipv4.sport = key->sport;
+		tuple.ipv4.dport = key->dport;
+		tuple_len = sizeof(tuple.ipv4);
+	}
+	sk = bpf_skc_lookup_tcp(ctx, &tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
 	owns = sk->state != BPF_TCP_LISTEN;
@@ -195,26 +348,35 @@ static __always_inline int kernel_owns(struct xdp_md *ctx, struct iphdr *ip,
 	return owns;
 }
 
-static __always_inline struct steer_listener *find_listener(__be32 addr,
-							    __be16 port)
+/* The listener of the flow's destination: on its address, else on any
+ * address of its family. */
+static __always_inline struct steer_listener *
+find_listener(const struct steer_flow_key *flow)
 {
-	struct steer_listener_key key = {.addr = addr, .port = port};
-	struct steer_listener *l = bpf_map_lookup_elem(&steer_listeners, &key);
+	struct steer_listener_key key = {};
+	struct steer_listener *l;
 
+	__builtin_memcpy(key.addr, flow->daddr, sizeof(key.addr));
+	key.port = flow->dport;
+	key.family = flow->family;
+	l = bpf_map_lookup_elem(&steer_listeners, &key);
 	if (l)
 		return l;
-	key.addr = 0; /* listener on any address */
+	__builtin_memset(key.addr, 0, sizeof(key.addr));
 	return bpf_map_lookup_elem(&steer_listeners, &key);
 }
 
 /* Per-queue ownership: which worker serves this rx queue. */
 /* Spreads 4-tuples over workers: a multiplicative mix of the addresses and
- * ports (the high bits of the product are the well-mixed ones). */
+ * ports (the high bits of the product are the well-mixed ones). An IPv4 key's
+ * upper address words are zero, so its hash is what it was before IPv6. */
 static __always_inline __u32 flow_hash(const struct steer_flow_key *key)
 {
-	__u32 h = key->saddr ^ key->daddr ^
-		  ((__u32)key->sport << 16 | (__u32)key->dport);
+	__u32 h = (__u32)key->sport << 16 | (__u32)key->dport;
+	int i;
 
+	for (i = 0; i < 4; i++)
+		h ^= key->saddr[i] ^ key->daddr[i];
 	return (h * 0x9e3779b1u) >> 16;
 }
 
@@ -275,8 +437,7 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	struct steer_flow flow = {};
 	struct ethhdr *eth;
 	struct tcphdr *tcp;
-	struct iphdr *ip;
-	__u32 tcp_hlen;
+	__u32 reason;
 	int action;
 	long err;
 
@@ -284,38 +445,15 @@ int xdpfwd_steer(struct xdp_md *ctx)
 	eth = parse_eth(&c);
 	if (!eth)
 		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
-		return decide(ctx, STEER_PASS_NOT_IPV4, XDP_PASS);
-	ip = parse_ipv4(&c);
-	if (!ip)
-		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
-	if (ip->version != 4 || ip->ihl < 5)
-		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
-	if (ip->ihl != 5)
-		return decide(ctx, STEER_PASS_IP_OPTIONS, XDP_PASS);
-	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-		return decide(ctx, STEER_PASS_FRAGMENT, XDP_PASS);
-	if (ip->protocol != IPPROTO_TCP)
-		return decide(ctx, STEER_PASS_NOT_TCP, XDP_PASS);
-	tcp = parse_tcp(&c);
-	if (!tcp)
-		return decide(ctx, STEER_PASS_TRUNCATED, XDP_PASS);
-	/* Lengths are checked against the whole packet, every buffer of it:
-	 * the TCP options and the payload may lie beyond the first. */
-	tcp_hlen = tcp->doff * 4;
-	if (tcp_hlen < sizeof(*tcp) ||
-	    sizeof(*eth) + sizeof(*ip) + tcp_hlen > pkt_len)
-		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
-	/* The IP total length must cover the headers and fit in the packet
-	 * (which may carry Ethernet padding beyond it). */
-	if (bpf_ntohs(ip->tot_len) < sizeof(*ip) + tcp_hlen ||
-	    sizeof(*eth) + bpf_ntohs(ip->tot_len) > pkt_len)
-		return decide(ctx, STEER_PASS_MALFORMED, XDP_PASS);
+	if (eth->h_proto == bpf_htons(ETH_P_IP))
+		reason = parse_ipv4_tcp(&c, pkt_len, &key, &tcp);
+	else if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		reason = parse_ipv6_tcp(&c, pkt_len, &key, &tcp);
+	else
+		return decide(ctx, STEER_PASS_NOT_IP, XDP_PASS);
+	if (reason != STEER_TCP_SEGMENT)
+		return decide(ctx, reason, XDP_PASS);
 
-	key.saddr = ip->saddr;
-	key.daddr = ip->daddr;
-	key.sport = tcp->source;
-	key.dport = tcp->dest;
 	existing = bpf_map_lookup_elem(&steer_flows, &key);
 	if (existing) {
 		if (existing->origin != STEER_FLOW_FROM_SYN || !tcp->syn ||
@@ -350,10 +488,10 @@ int xdpfwd_steer(struct xdp_md *ctx)
 		return decide(ctx, STEER_PASS_UNKNOWN_FLOW, XDP_PASS);
 	}
 
-	listener = find_listener(ip->daddr, tcp->dest);
+	listener = find_listener(&key);
 	if (!listener)
 		return decide(ctx, STEER_PASS_NOT_LISTENER, XDP_PASS);
-	if (check_kernel_sockets && kernel_owns(ctx, ip, tcp))
+	if (check_kernel_sockets && kernel_owns(ctx, &key))
 		return decide(ctx, STEER_PASS_KERNEL_OWNS, XDP_PASS);
 
 	if (syn_flows >= syn_flow_budget)

@@ -25,7 +25,7 @@ class FlowWalk;  // steer_private.h: a resumable walk over the flow map in batch
 enum class SteerReason : uint32_t {
   kRedirectNewFlow = STEER_REDIRECT_NEW_FLOW,
   kRedirectFlow = STEER_REDIRECT_FLOW,
-  kPassNotIpv4 = STEER_PASS_NOT_IPV4,
+  kPassNotIp = STEER_PASS_NOT_IP,
   kPassTruncated = STEER_PASS_TRUNCATED,
   kPassMalformed = STEER_PASS_MALFORMED,
   kPassFragment = STEER_PASS_FRAGMENT,
@@ -38,6 +38,7 @@ enum class SteerReason : uint32_t {
   kPassNoSocket = STEER_PASS_NO_SOCKET,
   kRedirectHandoff = STEER_REDIRECT_HANDOFF,
   kDropNoSocket = STEER_DROP_NO_SOCKET,
+  kPassIpv6ExtHeader = STEER_PASS_IPV6_EXT_HEADER,
 };
 inline constexpr size_t kSteerReasonCount = STEER_NR_REASONS;
 
@@ -45,6 +46,27 @@ inline constexpr size_t kSteerReasonCount = STEER_NR_REASONS;
 std::string_view ReasonName(SteerReason reason);
 
 using SteerCounters = std::array<steer_counter, kSteerReasonCount>;
+
+// An address of either family as the steering maps hold it. The relay's FlowTuple is IPv4
+// only, as the stack is until #31 items 2-5; these let the maps take IPv6 listeners and flows.
+struct SteerAddress {
+  sa_family_t family = AF_INET;
+  in6_addr addr{};  // AF_INET: the IPv4 address in the first 4 bytes, the rest zero
+
+  static SteerAddress V4(in_addr a);
+  static SteerAddress V6(const in6_addr& a);
+};
+
+// A flow of either family as its packets arrive (source first); ports in host order. Both
+// addresses must be of one family.
+struct SteerTuple {
+  SteerAddress saddr;
+  SteerAddress daddr;
+  uint16_t sport = 0;
+  uint16_t dport = 0;
+
+  static SteerTuple V4(const FlowTuple& t);
+};
 
 enum class XdpMode { kNative, kGeneric };
 std::string_view ModeName(XdpMode mode);
@@ -90,17 +112,42 @@ class SteerProgram final : public FlowTable {
   uint32_t prog_id() const { return prog_id_; }
   int prog_fd() const;
 
-  Result<void> AddListener(in_addr addr, uint16_t port, uint32_t rule_id);  // addr 0 = any
-  Result<void> RemoveListener(in_addr addr, uint16_t port);
-  // FlowTable, over the program's flow map.
-  Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override;
-  Result<void> RemoveFlow(const FlowTuple& tuple) override;
-  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override;
+  // A listener of SYNs to `addr` (all zero: any address of its family) and `port`.
+  Result<void> AddListener(const SteerAddress& addr, uint16_t port, uint32_t rule_id);
+  Result<void> RemoveListener(const SteerAddress& addr, uint16_t port);
+  Result<void> AddListener(in_addr addr, uint16_t port, uint32_t rule_id) {  // addr 0 = any
+    return AddListener(SteerAddress::V4(addr), port, rule_id);
+  }
+  Result<void> RemoveListener(in_addr addr, uint16_t port) {
+    return RemoveListener(SteerAddress::V4(addr), port);
+  }
+  // The flow map, for flows of either family. A tuple whose addresses are not of one family
+  // (AF_INET or AF_INET6) is an error, or not found.
+  Result<void> AddFlow(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id);
+  Result<void> RemoveFlow(const SteerTuple& tuple);
+  bool RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns);
   // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
+  Result<void> MarkAccepted(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id,
+                            uint64_t stamp_ns);
+  std::optional<steer_flow> LookupFlow(const SteerTuple& tuple) const;
+  // FlowTable, over the same map: the relay's IPv4 flows.
+  Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override {
+    return AddFlow(SteerTuple::V4(tuple), owner, rule_id);
+  }
+  Result<void> RemoveFlow(const FlowTuple& tuple) override {
+    return RemoveFlow(SteerTuple::V4(tuple));
+  }
+  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override {
+    return RemoveFlowStampedBy(SteerTuple::V4(tuple), stamp_ns);
+  }
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
-                            uint64_t stamp_ns) override;
+                            uint64_t stamp_ns) override {
+    return MarkAccepted(SteerTuple::V4(tuple), owner, rule_id, stamp_ns);
+  }
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
-  std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const;
+  std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const {
+    return LookupFlow(SteerTuple::V4(tuple));
+  }
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
   // giving their slots back to the client budget. Batched map reads; for a control thread.
   size_t ReapStrayFlows(uint64_t created_before_ns);

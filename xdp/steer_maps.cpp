@@ -9,6 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "os/clock.h"
@@ -17,26 +20,57 @@
 namespace xdpfwd {
 
 // The C++ view of the shared structs must match what the BPF program was compiled with.
-static_assert(sizeof(steer_listener_key) == 8 && offsetof(steer_listener_key, port) == 4);
+static_assert(STEER_AF_INET == AF_INET && STEER_AF_INET6 == AF_INET6);
+static_assert(sizeof(steer_listener_key) == 20 && offsetof(steer_listener_key, port) == 16 &&
+              offsetof(steer_listener_key, family) == 18);
 static_assert(sizeof(steer_listener) == 4);
-static_assert(sizeof(steer_flow_key) == 12 && offsetof(steer_flow_key, sport) == 8 &&
-              offsetof(steer_flow_key, dport) == 10);
+static_assert(sizeof(steer_flow_key) == 40 && offsetof(steer_flow_key, daddr) == 16 &&
+              offsetof(steer_flow_key, sport) == 32 && offsetof(steer_flow_key, dport) == 34 &&
+              offsetof(steer_flow_key, family) == 36);
 static_assert(sizeof(steer_flow) == 32 && offsetof(steer_flow, created_ns) == 8 &&
               offsetof(steer_flow, origin) == 16 && offsetof(steer_flow, flags) == 20 &&
               offsetof(steer_flow, in_place) == 24);
+// One reason per X-macro entry, numbered 0 to STEER_NR_REASONS - 1 (the names below rely on it).
+#define XDPFWD_STEER_REASON_COUNT(name, number, text) +1
+static_assert(0 STEER_REASONS(XDPFWD_STEER_REASON_COUNT) == STEER_NR_REASONS);
+#undef XDPFWD_STEER_REASON_COUNT
 static_assert(sizeof(steer_owner) == 16 && offsetof(steer_owner, start_time) == 8);
 static_assert(sizeof(steer_counter) == 16);
 static_assert(sizeof(steer_rx_meta) == 8 && offsetof(steer_rx_meta, magic) == 4);
 
 namespace {
 
-steer_flow_key KeyOf(const FlowTuple& t) {
-  steer_flow_key key{};
-  key.saddr = t.saddr.s_addr;
-  key.daddr = t.daddr.s_addr;
+// Bytes of an address of `family` in a key: 4 (in word 0) or 16; 0 for any other family.
+size_t AddressBytes(sa_family_t family) {
+  return family == AF_INET ? 4 : family == AF_INET6 ? 16 : 0;
+}
+
+// The flow map's key, or nullopt when the tuple's addresses are not of one known family.
+std::optional<steer_flow_key> KeyOf(const SteerTuple& t) {
+  const size_t n = AddressBytes(t.saddr.family);
+  if (n == 0 || t.daddr.family != t.saddr.family) return std::nullopt;
+  steer_flow_key key{};  // zero: an IPv4 key's words 1-3, the padding the hash covers
+  std::memcpy(key.saddr, &t.saddr.addr, n);
+  std::memcpy(key.daddr, &t.daddr.addr, n);
   key.sport = htons(t.sport);
   key.dport = htons(t.dport);
+  key.family = static_cast<uint8_t>(t.saddr.family);
   return key;
+}
+
+std::optional<steer_listener_key> ListenerKeyOf(const SteerAddress& addr, uint16_t port) {
+  const size_t n = AddressBytes(addr.family);
+  if (n == 0) return std::nullopt;
+  steer_listener_key key{};
+  std::memcpy(key.addr, &addr.addr, n);
+  key.port = htons(port);
+  key.family = static_cast<uint8_t>(addr.family);
+  return key;
+}
+
+Error NoFamily(const std::string& ifname, const char* what) {
+  return Error{{},
+               ifname + ": " + what + ": not an IPv4 or IPv6 address, or two families in one flow"};
 }
 
 bool IsStray(const steer_flow& v, uint64_t created_before_ns) {
@@ -80,61 +114,58 @@ size_t CountKeys(int map_fd) {
 }
 
 std::string_view ReasonName(SteerReason reason) {
-  switch (reason) {
-    case SteerReason::kRedirectNewFlow:
-      return "redirect_new_flow";
-    case SteerReason::kRedirectFlow:
-      return "redirect_flow";
-    case SteerReason::kPassNotIpv4:
-      return "pass_not_ipv4";
-    case SteerReason::kPassTruncated:
-      return "pass_truncated";
-    case SteerReason::kPassMalformed:
-      return "pass_malformed";
-    case SteerReason::kPassFragment:
-      return "pass_fragment";
-    case SteerReason::kPassIpOptions:
-      return "pass_ip_options";
-    case SteerReason::kPassNotTcp:
-      return "pass_not_tcp";
-    case SteerReason::kPassUnknownFlow:
-      return "pass_unknown_flow";
-    case SteerReason::kPassNotListener:
-      return "pass_not_listener";
-    case SteerReason::kPassFlowTableFull:
-      return "pass_flow_table_full";
-    case SteerReason::kPassKernelOwns:
-      return "pass_kernel_owns";
-    case SteerReason::kPassNoSocket:
-      return "pass_no_socket";
-    case SteerReason::kRedirectHandoff:
-      return "redirect_handoff";
-    case SteerReason::kDropNoSocket:
-      return "drop_no_socket";
+  switch (static_cast<uint32_t>(reason)) {
+#define XDPFWD_STEER_REASON_NAME(name, number, text) \
+  case STEER_##name:                                 \
+    return text;
+    STEER_REASONS(XDPFWD_STEER_REASON_NAME)
+#undef XDPFWD_STEER_REASON_NAME
   }
   return "unknown";
 }
 
-Result<void> SteerProgram::AddListener(in_addr addr, uint16_t port, uint32_t rule_id) {
-  steer_listener_key key{addr.s_addr, htons(port), 0};
+SteerAddress SteerAddress::V4(in_addr a) {
+  SteerAddress s;
+  s.family = AF_INET;
+  std::memcpy(&s.addr, &a, sizeof(a));
+  return s;
+}
+
+SteerAddress SteerAddress::V6(const in6_addr& a) {
+  SteerAddress s;
+  s.family = AF_INET6;
+  s.addr = a;
+  return s;
+}
+
+SteerTuple SteerTuple::V4(const FlowTuple& t) {
+  return {SteerAddress::V4(t.saddr), SteerAddress::V4(t.daddr), t.sport, t.dport};
+}
+
+Result<void> SteerProgram::AddListener(const SteerAddress& addr, uint16_t port, uint32_t rule_id) {
+  const auto key = ListenerKeyOf(addr, port);
+  if (!key) return NoFamily(ifname_, "adding a listener");
   steer_listener value{rule_id};
-  if (bpf_map__update_elem(skel_->s->maps.steer_listeners, &key, sizeof(key), &value, sizeof(value),
-                           BPF_ANY) != 0) {
+  if (bpf_map__update_elem(skel_->s->maps.steer_listeners, &*key, sizeof(*key), &value,
+                           sizeof(value), BPF_ANY) != 0) {
     return SystemError(ifname_ + ": adding listener port " + std::to_string(port));
   }
   return {};
 }
 
-Result<void> SteerProgram::RemoveListener(in_addr addr, uint16_t port) {
-  steer_listener_key key{addr.s_addr, htons(port), 0};
-  if (bpf_map__delete_elem(skel_->s->maps.steer_listeners, &key, sizeof(key), 0) != 0) {
+Result<void> SteerProgram::RemoveListener(const SteerAddress& addr, uint16_t port) {
+  const auto key = ListenerKeyOf(addr, port);
+  if (!key) return NoFamily(ifname_, "removing a listener");
+  if (bpf_map__delete_elem(skel_->s->maps.steer_listeners, &*key, sizeof(*key), 0) != 0) {
     return SystemError(ifname_ + ": removing listener port " + std::to_string(port));
   }
   return {};
 }
 
-Result<void> SteerProgram::AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) {
-  const steer_flow_key key = KeyOf(tuple);
+Result<void> SteerProgram::AddFlow(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id) {
+  const auto found = KeyOf(tuple);
+  if (!found) return NoFamily(ifname_, "adding a flow");
+  const steer_flow_key key = *found;
   steer_flow value{};
   value.owner = owner;
   value.rule_id = rule_id;
@@ -147,8 +178,10 @@ Result<void> SteerProgram::AddFlow(const FlowTuple& tuple, uint32_t owner, uint3
   return {};
 }
 
-Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
-  const steer_flow_key key = KeyOf(tuple);
+Result<void> SteerProgram::RemoveFlow(const SteerTuple& tuple) {
+  const auto found = KeyOf(tuple);
+  if (!found) return NoFamily(ifname_, "removing a flow");
+  const steer_flow_key key = *found;
   steer_flow value{};
   if (bpf_map__lookup_and_delete_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value,
                                       sizeof(value), 0) != 0) {
@@ -159,8 +192,10 @@ Result<void> SteerProgram::RemoveFlow(const FlowTuple& tuple) {
   return {};
 }
 
-bool SteerProgram::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) {
-  const steer_flow_key key = KeyOf(tuple);
+bool SteerProgram::RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns) {
+  const auto found = KeyOf(tuple);
+  if (!found) return false;
+  const steer_flow_key key = *found;
   const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
   steer_flow v{};
   // A reused 4-tuple's entry is usually newer already: a lookup says so without touching it.
@@ -181,9 +216,11 @@ bool SteerProgram::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns
   return v.created_ns <= stamp_ns;
 }
 
-Result<void> SteerProgram::MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
+Result<void> SteerProgram::MarkAccepted(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id,
                                         uint64_t stamp_ns) {
-  const steer_flow_key key = KeyOf(tuple);
+  const auto found = KeyOf(tuple);
+  if (!found) return NoFamily(ifname_, "marking a flow accepted");
+  const steer_flow_key key = *found;
   steer_flow value{};
   value.owner = owner;
   value.rule_id = rule_id;
@@ -268,10 +305,11 @@ uint64_t SteerProgram::ClientFlowCount() const {
   return std::atomic_ref(skel_->s->bss->syn_flows).load(std::memory_order_relaxed);
 }
 
-std::optional<steer_flow> SteerProgram::LookupFlow(const FlowTuple& tuple) const {
-  const steer_flow_key key = KeyOf(tuple);
+std::optional<steer_flow> SteerProgram::LookupFlow(const SteerTuple& tuple) const {
+  const auto key = KeyOf(tuple);
+  if (!key) return std::nullopt;
   steer_flow value{};
-  if (bpf_map__lookup_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
+  if (bpf_map__lookup_elem(skel_->s->maps.steer_flows, &*key, sizeof(*key), &value, sizeof(value),
                            0) != 0) {
     return std::nullopt;
   }

@@ -20,11 +20,18 @@
 /* As many client flows as the fast path holds connections (FastPath::MaxConnections). */
 #define STEER_DEFAULT_FLOW_CAPACITY 131072
 
-/* A listener: destination address (0 = any address) and port of SYNs to take. */
+/* Address families in keys: the values of AF_INET and AF_INET6 (which the BPF
+ * program's headers do not define), so that userspace can store sa_family. */
+#define STEER_AF_INET 2
+#define STEER_AF_INET6 10
+
+/* A listener: destination address (all zero = any address of the family) and
+ * port of SYNs to take. IPv4: the address in addr[0], addr[1..3] zero. */
 struct steer_listener_key {
-  __be32 addr;
+  __be32 addr[4];
   __be16 port;
-  __u16 pad;
+  __u8 family; /* STEER_AF_INET or STEER_AF_INET6 */
+  __u8 pad;
 };
 
 struct steer_listener {
@@ -32,12 +39,16 @@ struct steer_listener {
 };
 
 /* A flow as its packets arrive: source first. The client leg is inserted by the program on
- * the client's SYN; the backend leg by the worker before its own SYN leaves. */
+ * the client's SYN; the backend leg by the worker before its own SYN leaves. One map holds both
+ * families: an IPv4 address is in word 0 and words 1-3 are zero, and the family tells it from
+ * an IPv6 address that looks the same. (docs/xdp-steering.md has what the wider key costs.) */
 struct steer_flow_key {
-  __be32 saddr;
-  __be32 daddr;
+  __be32 saddr[4];
+  __be32 daddr[4];
   __be16 sport;
   __be16 dport;
+  __u8 family; /* STEER_AF_INET or STEER_AF_INET6 */
+  __u8 pad[3];
 };
 
 enum steer_flow_origin {
@@ -75,25 +86,35 @@ struct steer_counter {
   __u64 bytes;
 };
 
-/* Every decision the program makes. The numbers are stable: they appear in stats output and
- * in tests; add new reasons at the end. */
+/* Every decision the program makes, as X(NAME, number, "stats name"): one list for the enum
+ * below and the names userspace shows (`xdpfwd-xdp status`, `show steer`, /metrics). The
+ * numbers are stable: they appear in stats output and in tests; add new reasons at the end. */
+#define STEER_REASONS(X)                                                                          \
+  X(REDIRECT_NEW_FLOW, 0, "redirect_new_flow")        /* SYN to a listener: flow inserted */      \
+  X(REDIRECT_FLOW, 1, "redirect_flow")                /* packet of a known flow */                \
+  X(PASS_NOT_IP, 2, "pass_not_ip")                    /* ARP, VLAN, neither IPv4 nor IPv6 */      \
+  X(PASS_TRUNCATED, 3, "pass_truncated")              /* Ethernet, IP or TCP header cut short */  \
+  X(PASS_MALFORMED, 4, "pass_malformed")              /* IP version/IHL/lengths, TCP offset */    \
+  X(PASS_FRAGMENT, 5, "pass_fragment")                /* IPv4 fragment, IPv6 fragment header */   \
+  X(PASS_IP_OPTIONS, 6, "pass_ip_options")            /* IPv4 header with options */              \
+  X(PASS_NOT_TCP, 7, "pass_not_tcp")                  /* ICMP, ICMPv6, UDP, other protocols */    \
+  X(PASS_UNKNOWN_FLOW, 8, "pass_unknown_flow")        /* TCP, not a new SYN, no flow entry */     \
+  X(PASS_NOT_LISTENER, 9, "pass_not_listener")        /* SYN to an address/port not served */     \
+  X(PASS_FLOW_TABLE_FULL, 10, "pass_flow_table_full") /* SYN to a listener, no room */            \
+  X(PASS_KERNEL_OWNS, 11, "pass_kernel_owns")         /* SYN whose 4-tuple a kernel socket has */ \
+  X(PASS_NO_SOCKET, 12, "pass_no_socket")             /* no AF_XDP socket on this rx queue */     \
+  X(REDIRECT_HANDOFF, 13, "redirect_handoff")         /* known flow of another queue's worker */  \
+  X(DROP_NO_SOCKET, 14, "drop_no_socket")             /* known flow, no socket on its queue */    \
+  X(PASS_IPV6_EXT_HEADER, 15, "pass_ipv6_ext_header") /* IPv6 extension header (not fragment) */
+
+/* Left as written: clang-format would indent the member after the macro's expansion. */
+/* clang-format off */
 enum steer_reason {
-  STEER_REDIRECT_NEW_FLOW = 0,     /* SYN to a listener: flow inserted, redirected */
-  STEER_REDIRECT_FLOW = 1,         /* packet of a known flow */
-  STEER_PASS_NOT_IPV4 = 2,         /* ARP, IPv6, VLAN, anything not IPv4 */
-  STEER_PASS_TRUNCATED = 3,        /* Ethernet, IPv4 or TCP header cut short */
-  STEER_PASS_MALFORMED = 4,        /* bad IHL/version, TCP data offset, IP total length */
-  STEER_PASS_FRAGMENT = 5,         /* IPv4 fragment */
-  STEER_PASS_IP_OPTIONS = 6,       /* IPv4 header with options */
-  STEER_PASS_NOT_TCP = 7,          /* ICMP, UDP, other protocols */
-  STEER_PASS_UNKNOWN_FLOW = 8,     /* TCP, not a new SYN, no flow entry */
-  STEER_PASS_NOT_LISTENER = 9,     /* SYN to an address/port we do not serve */
-  STEER_PASS_FLOW_TABLE_FULL = 10, /* SYN to a listener, no room for its flow */
-  STEER_PASS_KERNEL_OWNS = 11,     /* SYN whose 4-tuple a kernel socket already has */
-  STEER_PASS_NO_SOCKET = 12,       /* no AF_XDP socket bound on this rx queue */
-  STEER_REDIRECT_HANDOFF = 13,     /* known flow owned by another worker than this queue's */
-  STEER_DROP_NO_SOCKET = 14,       /* known flow, no socket on its queue (worker restarting) */
-  STEER_NR_REASONS = 15,
+#define STEER_REASON_ENUM(name, number, text) STEER_##name = number,
+  STEER_REASONS(STEER_REASON_ENUM)
+#undef STEER_REASON_ENUM
+  STEER_NR_REASONS = 16,
 };
+/* clang-format on */
 
 #endif /* XDPFWD_STEER_SHARED_H */

@@ -2,12 +2,14 @@
 // each fixture names the expected XDP action and the one reason counter that must move.
 // Needs root (loading BPF); the AF_XDP socket that makes redirects possible is bound to lo,
 // where no program is attached, so no traffic is affected.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -305,9 +307,9 @@ TEST_F(SteerFixtureTest, SynWithoutSocketTakesNoSlot) {
 TEST_F(SteerFixtureTest, NotOursPasses) {
   BindSocket();
   Expect(Packet().Eth(0x0806).Raw(std::vector<uint8_t>(28, 0)).Build(), XDP_PASS,
-         SteerReason::kPassNotIpv4);  // ARP
-  Expect(Packet().Eth(0x86dd).Raw(std::vector<uint8_t>(60, 0)).Build(), XDP_PASS,
-         SteerReason::kPassNotIpv4);  // IPv6
+         SteerReason::kPassNotIp);  // ARP
+  Expect(Packet().Eth(0x8100).Raw(std::vector<uint8_t>(60, 0)).Build(), XDP_PASS,
+         SteerReason::kPassNotIp);  // VLAN-tagged (IPv6: steer_ipv6_test.cpp)
   Expect(Packet().Eth().IPv4(kClient, kListen, 1).Payload(std::vector<uint8_t>(16, 8)).Build(),
          XDP_PASS, SteerReason::kPassNotTcp);  // ICMP
   Expect(Packet().Eth().IPv4(kClient, kListen, 17).Payload(std::vector<uint8_t>(16, 0)).Build(),
@@ -418,6 +420,53 @@ TEST_F(SteerFixtureTest, KernelCheckCanBeTurnedOff) {
   ASSERT_TRUE(prog_->AddListener(lo, port, 1));
   Expect(Syn(LocalPort(client.get()), "127.0.0.1", port, "127.0.0.1"), XDP_REDIRECT,
          SteerReason::kRedirectNewFlow);
+}
+
+// The fixtures as a microbenchmark: each frame run kRuns times in one BPF_PROG_TEST_RUN call.
+// Every run must take the same decision (its counter moves by kRuns); the kernel's mean time
+// per run is printed, the number docs/xdp-steering.md quotes for the program's cost.
+TEST_F(SteerFixtureTest, RepeatedRunsTakeTheSameDecision) {
+  BindSocket();
+  Expect(Syn(40050), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  in6_addr client6{}, listen6{};
+  inet_pton(AF_INET6, "2001:db8::2", &client6);
+  inet_pton(AF_INET6, "2001:db8::1", &listen6);
+  ASSERT_TRUE(prog_->AddFlow(
+      SteerTuple{SteerAddress::V6(client6), SteerAddress::V6(listen6), 40050, 80}, 0, 7));
+  struct Timed {
+    const char* name;
+    std::vector<uint8_t> frame;
+    int action;
+    SteerReason reason;
+  };
+  const std::vector<Timed> table = {
+      {"ipv4 data of a known flow",
+       Packet().Eth().IPv4(kClient, kListen).Tcp(40050, kListenPort, kAck).Payload("x").Build(),
+       XDP_REDIRECT, SteerReason::kRedirectFlow},
+      {"ipv4 ack of no flow",
+       Packet().Eth().IPv4(kClient, kListen).Tcp(40051, kListenPort, kAck).Build(), XDP_PASS,
+       SteerReason::kPassUnknownFlow},
+      {"ipv4 syn to no listener", Syn(40052, kListen, 22), XDP_PASS, SteerReason::kPassNotListener},
+      {"arp", Packet().Eth(0x0806).Raw(std::vector<uint8_t>(28, 0)).Build(), XDP_PASS,
+       SteerReason::kPassNotIp},
+      {"ipv6 data of a known flow",
+       Packet().Eth().IPv6("2001:db8::2", "2001:db8::1").Tcp(40050, 80, kAck).Payload("x").Build(),
+       XDP_REDIRECT, SteerReason::kRedirectFlow},
+      {"ipv6 ack of no flow",
+       Packet().Eth().IPv6("2001:db8::2", "2001:db8::1").Tcp(40051, 80, kAck).Build(), XDP_PASS,
+       SteerReason::kPassUnknownFlow},
+  };
+  constexpr uint32_t kRuns = 100000;
+  for (const Timed& t : table) {
+    const SteerCounters before = prog_->ReadCounters();
+    const TimedRun run = RunFrameTimed(prog_->prog_fd(), t.frame, kRuns);
+    ASSERT_GE(run.action, 0) << strerror(-run.action);
+    EXPECT_EQ(run.action, t.action) << t.name;
+    const SteerCounters after = prog_->ReadCounters();
+    const auto r = static_cast<size_t>(t.reason);
+    EXPECT_EQ(after[r].packets - before[r].packets, kRuns) << t.name;
+    std::printf("steer run time: %-28s %u ns/run\n", t.name, run.ns_per_run);
+  }
 }
 
 TEST(SteerNames, EveryReasonHasAStableName) {

@@ -42,7 +42,13 @@ bool SameKey(const steer_flow_key& a, const steer_flow_key& b) {
 }
 
 steer_flow_key KeyOf(const FlowTuple& t) {
-  return {t.saddr.s_addr, t.daddr.s_addr, htons(t.sport), htons(t.dport)};
+  steer_flow_key key{};
+  key.saddr[0] = t.saddr.s_addr;
+  key.daddr[0] = t.daddr.s_addr;
+  key.sport = htons(t.sport);
+  key.dport = htons(t.dport);
+  key.family = STEER_AF_INET;
+  return key;
 }
 
 // The program's flow map, found through the program's map ids.

@@ -131,7 +131,7 @@ TEST_F(SteerNetnsTest, SynReachesAfXdpSocketWhileOtherTrafficUsesTheKernel) {
 
     const SteerCounters c = (*prog)->ReadCounters();
     EXPECT_GE(Packets(c, SteerReason::kRedirectNewFlow), 1u);
-    EXPECT_GE(Packets(c, SteerReason::kPassNotIpv4), 1u) << "ARP should have passed";
+    EXPECT_GE(Packets(c, SteerReason::kPassNotIp), 1u) << "ARP should have passed";
     EXPECT_GE(Packets(c, SteerReason::kPassNotTcp), 3u) << "pings should have passed";
     EXPECT_GE(Packets(c, SteerReason::kPassNotListener), 1u) << "the kernel connection's SYN";
     EXPECT_GE(Packets(c, SteerReason::kPassUnknownFlow), 10u) << "the kernel connection's data";

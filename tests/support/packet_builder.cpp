@@ -29,6 +29,20 @@ uint32_t ParseIp(const std::string& dotted) {
   return ntohl(a.s_addr);
 }
 
+std::array<uint8_t, 16> ParseIp6(const std::string& text) {
+  std::array<uint8_t, 16> a{};
+  if (inet_pton(AF_INET6, text.c_str(), a.data()) != 1)
+    throw std::invalid_argument("bad IPv6 " + text);
+  return a;
+}
+
+// The 16-bit words of an IPv6 address, summed (its share of a pseudo-header's checksum).
+uint32_t SumWords(const std::array<uint8_t, 16>& a) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < a.size(); i += 2) sum += static_cast<uint32_t>(a[i] << 8 | a[i + 1]);
+  return sum;
+}
+
 }  // namespace
 
 uint16_t InternetChecksum(const uint8_t* data, size_t len, uint32_t sum) {
@@ -56,6 +70,28 @@ Packet& Packet::IpOptions(std::vector<uint8_t> options) {
 Packet& Packet::Fragment(uint16_t offset_bytes, bool more_fragments) {
   ip_.value().frag_field =
       static_cast<uint16_t>((more_fragments ? 0x2000 : 0) | (offset_bytes / 8));
+  return *this;
+}
+
+Packet& Packet::IPv6(const std::string& src, const std::string& dst, uint8_t next_header) {
+  ethertype_ = 0x86dd;
+  ip6_ = Ip6{ParseIp6(src), ParseIp6(dst), next_header, {}};
+  return *this;
+}
+
+Packet& Packet::Ipv6Ext(uint8_t type, size_t len_bytes) {
+  if (len_bytes < 8 || len_bytes % 8 != 0) throw std::invalid_argument("bad extension length");
+  std::vector<uint8_t> body(len_bytes - 1, 0);
+  body[0] = static_cast<uint8_t>(len_bytes / 8 - 1);  // Hdr Ext Len: 8-byte units past the first
+  ip6_.value().exts.push_back(Ext6{type, std::move(body)});
+  return *this;
+}
+
+Packet& Packet::Ipv6Fragment(uint16_t offset_bytes, bool more_fragments) {
+  std::vector<uint8_t> body(7, 0);  // reserved, offset and M flag, identification
+  Set16(body, 1, static_cast<uint16_t>((offset_bytes / 8) << 3 | (more_fragments ? 1 : 0)));
+  body[6] = 0x42;
+  ip6_.value().exts.push_back(Ext6{44, std::move(body)});
   return *this;
 }
 
@@ -94,7 +130,24 @@ std::vector<uint8_t> Packet::Build() const {
   Put16(f, ethertype_);
   f.insert(f.end(), raw_.begin(), raw_.end());
 
-  if (ip_) {
+  if (ip6_) {
+    const size_t ip_at = f.size();
+    f.push_back(0x60);  // version 6, traffic class 0, flow label 0
+    f.push_back(0);
+    Put16(f, 0);
+    Put16(f, 0);  // payload length, below
+    f.push_back(ip6_->exts.empty() ? ip6_->next_header : ip6_->exts.front().type);
+    f.push_back(64);  // hop limit
+    f.insert(f.end(), ip6_->src.begin(), ip6_->src.end());
+    f.insert(f.end(), ip6_->dst.begin(), ip6_->dst.end());
+    for (size_t i = 0; i < ip6_->exts.size(); ++i) {
+      const bool last = i + 1 == ip6_->exts.size();
+      f.push_back(last ? ip6_->next_header : ip6_->exts[i + 1].type);
+      f.insert(f.end(), ip6_->exts[i].body.begin(), ip6_->exts[i].body.end());
+    }
+    PutTransport(f, SumWords(ip6_->src) + SumWords(ip6_->dst) + ip6_->next_header);
+    Set16(f, ip_at + 4, static_cast<uint16_t>(f.size() - ip_at - 40));
+  } else if (ip_) {
     const size_t ip_at = f.size();
     const size_t ihl = 20 + ip_->options.size();
     const size_t l4_len = (tcp_ ? 20 : 0) + payload_.size();
@@ -111,31 +164,34 @@ std::vector<uint8_t> Packet::Build() const {
     f.insert(f.end(), ip_->options.begin(), ip_->options.end());
     Set16(f, ip_at + 10, InternetChecksum(&f[ip_at], ihl));
 
-    if (tcp_) {
-      const size_t tcp_at = f.size();
-      Put16(f, tcp_->sport);
-      Put16(f, tcp_->dport);
-      Put32(f, tcp_->seq);
-      Put32(f, tcp_->ack);
-      f.push_back(static_cast<uint8_t>(tcp_->doff_words.value_or(5) << 4));
-      f.push_back(tcp_->flags);
-      Put16(f, 65535);  // window
-      Put16(f, 0);      // checksum, below
-      Put16(f, 0);      // urgent pointer
-      f.insert(f.end(), payload_.begin(), payload_.end());
-      // Pseudo-header: addresses, protocol, TCP length.
-      const uint32_t seg_len = static_cast<uint32_t>(f.size() - tcp_at);
-      uint32_t sum = (ip_->src >> 16) + (ip_->src & 0xffff) + (ip_->dst >> 16) +
-                     (ip_->dst & 0xffff) + ip_->protocol + seg_len;
-      Set16(f, tcp_at + 16, InternetChecksum(&f[tcp_at], seg_len, sum));
-    } else {
-      f.insert(f.end(), payload_.begin(), payload_.end());
-    }
+    // Pseudo-header: addresses, protocol (and the TCP length, added by PutTransport).
+    PutTransport(f, (ip_->src >> 16) + (ip_->src & 0xffff) + (ip_->dst >> 16) +
+                        (ip_->dst & 0xffff) + ip_->protocol);
   } else {
     f.insert(f.end(), payload_.begin(), payload_.end());
   }
   if (truncate_ && *truncate_ < f.size()) f.resize(*truncate_);
   return f;
+}
+
+void Packet::PutTransport(std::vector<uint8_t>& f, uint32_t pseudo_sum) const {
+  if (!tcp_) {
+    f.insert(f.end(), payload_.begin(), payload_.end());
+    return;
+  }
+  const size_t tcp_at = f.size();
+  Put16(f, tcp_->sport);
+  Put16(f, tcp_->dport);
+  Put32(f, tcp_->seq);
+  Put32(f, tcp_->ack);
+  f.push_back(static_cast<uint8_t>(tcp_->doff_words.value_or(5) << 4));
+  f.push_back(tcp_->flags);
+  Put16(f, 65535);  // window
+  Put16(f, 0);      // checksum, below
+  Put16(f, 0);      // urgent pointer
+  f.insert(f.end(), payload_.begin(), payload_.end());
+  const uint32_t seg_len = static_cast<uint32_t>(f.size() - tcp_at);
+  Set16(f, tcp_at + 16, InternetChecksum(&f[tcp_at], seg_len, pseudo_sum + seg_len));
 }
 
 }  // namespace xdpfwd::test

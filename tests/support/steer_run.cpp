@@ -21,14 +21,18 @@ XskPortConfig SmallPortOnLo() {
 }
 
 int RunFrame(int prog_fd, const std::vector<uint8_t>& frame, uint32_t repeat) {
+  return RunFrameTimed(prog_fd, frame, repeat).action;
+}
+
+TimedRun RunFrameTimed(int prog_fd, const std::vector<uint8_t>& frame, uint32_t repeat) {
   std::vector<uint8_t> data = frame;  // the program may write into it
   bpf_test_run_opts opts{};
   opts.sz = sizeof(opts);
   opts.data_in = data.data();
   opts.data_size_in = static_cast<__u32>(data.size());
   opts.repeat = repeat;
-  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0) return -errno;
-  return static_cast<int>(opts.retval);
+  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0) return {-errno, 0};
+  return {static_cast<int>(opts.retval), opts.duration};
 }
 
 }  // namespace xdpfwd::test

@@ -27,4 +27,11 @@ XskPortConfig SmallPortOnLo();
 // Runs `frame` through the program `repeat` times; the XDP action it returned, or -errno.
 int RunFrame(int prog_fd, const std::vector<uint8_t>& frame, uint32_t repeat = 1);
 
+// The same, with the kernel's mean time per run (BPF_PROG_TEST_RUN's `duration`, in ns).
+struct TimedRun {
+  int action = 0;  // or -errno
+  uint32_t ns_per_run = 0;
+};
+TimedRun RunFrameTimed(int prog_fd, const std::vector<uint8_t>& frame, uint32_t repeat);
+
 }  // namespace xdpfwd::test
