@@ -1,7 +1,7 @@
 // What lwIP calls into xdpfwd: the millisecond clock behind its timers (sys_now) and the
-// microsecond one behind BBR's round trips (patch 0031), the congestion-control choice, routing
-// by source address, and the initial-sequence-number hook (RFC 6528: clock plus a keyed hash of
-// the 4-tuple).
+// microsecond one behind BBR's round trips (stack/lwip/cc/bbr.c), the congestion-control choice,
+// routing by source address, and the initial-sequence-number hook (RFC 6528: clock plus a keyed
+// hash of the 4-tuple).
 #include <sys/random.h>
 #include <time.h>
 
@@ -58,7 +58,15 @@ extern "C" u32_t xdpfwd_lwip_now_us(void) {
   return static_cast<u32_t>(xdpfwd::MonotonicNs() / 1000u);
 }
 
+// Declared extern "C" in stack/lwip/cc/tcp_cc.h. Only the thread that owns lwIP reads it, at
+// tcp_alloc (tests set it between connections).
+u8_t xdpfwd_tcp_cc = TCP_CC_LOSS_BASED;
+
 extern "C" void xdpfwd_lwip_set_bbr(int on) { xdpfwd_tcp_cc = on ? TCP_CC_BBR : TCP_CC_LOSS_BASED; }
+
+extern "C" const struct tcp_cc_ops* xdpfwd_tcp_cc_default(void) {
+  return xdpfwd_tcp_cc == TCP_CC_BBR ? &tcp_cc_bbr : &tcp_cc_cubic;
+}
 
 namespace {
 xdpfwd_tcp_trace_fn g_tcp_trace = nullptr;

@@ -125,20 +125,24 @@
 #define TCP_RTO_MIN_MS 200
 #define TCP_RTO_MAX_MS 60000
 /* Congestion control: RFC 6928's initial window of ten segments (as Linux; lwIP's is three, our
- * patch 0017 makes it settable) and CUBIC (RFC 9438, our patch 0018) instead of Reno. With the
- * relay's sub-millisecond round trips CUBIC stays in its Reno-friendly region: a loss costs 30%
- * of the window instead of 50%, regained at 0.53 segments per round trip instead of one, which
- * is Reno's average window (measured: no change to the loss benchmark). docs/stack.md,
- * "Congestion control". */
+ * patch 0017 makes it settable), and our controllers behind the table of steps our patch 0018
+ * adds to lwIP (struct tcp_cc_ops, after Linux's tcp_congestion_ops): CUBIC (RFC 9438,
+ * stack/lwip/cc/cubic.c) instead of Reno, or a rate-based controller after BBR's model
+ * (stack/lwip/cc/bbr.c) when xdpfwd_tcp_cc says so at a connection's creation (xdpfwd --tune
+ * congestion-control). With the relay's sub-millisecond round trips CUBIC stays in its
+ * Reno-friendly region: a loss costs 30% of the window instead of 50%, regained at 0.53
+ * segments per round trip instead of one, which is Reno's average window (measured: no change
+ * to the loss benchmark). BBR times round trips and delivery rates in microseconds, from the
+ * clock the worker reads once per iteration. Their state: pcb->cubic, pcb->bbr, seg->cc
+ * (stack/lwip/cc/tcp_cc.h). docs/stack.md, "Congestion control". */
 #define LWIP_TCP_CALC_INITIAL_CWND(mss) \
   ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
-#define TCP_CUBIC 1
-/* A rate-based controller after BBR's model (our patch 0031) that a connection uses instead of
- * CUBIC when xdpfwd_tcp_cc says so at its creation (xdpfwd --tune congestion-control). Round
- * trips and delivery rates are timed in microseconds, from the clock the worker reads once per
- * iteration. docs/stack.md, "A rate-based controller". */
-#define TCP_BBR 1
-#define LWIP_TCP_NOW_US() xdpfwd_lwip_now_us()
+#define LWIP_TCP_CC_HEADER "cc/tcp_cc.h"
+#define LWIP_TCP_CC_PCB_STATE \
+  struct tcp_cubic cubic;     \
+  struct tcp_bbr bbr;
+#define LWIP_TCP_CC_SEG_STATE struct tcp_bbr_seg
+#define LWIP_TCP_CC_DEFAULT() xdpfwd_tcp_cc_default()
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
  * traffic of our backend connections can never collide with a kernel socket's 4-tuple. */
 #define TCP_LOCAL_PORT_RANGE_START 61000

@@ -8,6 +8,7 @@
 
 struct netif;
 struct tcp_pcb;
+struct tcp_cc_ops;
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,14 +26,17 @@ u32_t xdpfwd_random_u32(void);
  * worker leaves behind) makes sys_now() read the clock itself. */
 void xdpfwd_lwip_set_now_ms(u32_t now_ms);
 
-/* The same in microseconds (wraps every 71 minutes), for TCP_BBR's round trips and delivery
- * rates (LWIP_TCP_NOW_US). Set beside the millisecond clock; 0 reads the clock. */
+/* The same in microseconds (wraps every 71 minutes), for BBR's round trips and delivery
+ * rates (stack/lwip/cc/bbr.c). Set beside the millisecond clock; 0 reads the clock. */
 void xdpfwd_lwip_set_now_us(u32_t now_us);
 u32_t xdpfwd_lwip_now_us(void);
 
-/* The congestion controller connections created from now on use: 1 BBR (lwIP patch 0031),
- * 0 CUBIC (patch 0018). Set before the worker starts. */
+/* The congestion controller connections created from now on use: 1 BBR, 0 CUBIC
+ * (stack/lwip/cc/, behind lwIP patch 0018's struct tcp_cc_ops). Set before the worker starts. */
 void xdpfwd_lwip_set_bbr(int on);
+/* What a new pcb takes (LWIP_TCP_CC_DEFAULT, read at tcp_alloc): the controller xdpfwd_tcp_cc
+ * names. */
+const struct tcp_cc_ops* xdpfwd_tcp_cc_default(void);
 
 /* A connection's TCP trouble (LWIP_HOOK_TCP_TRACE, our patch 0036: what is an LWIP_TCP_TRACE_*
  * of lwip/priv/tcp_priv.h) goes to the function set here, if any: the relay records it. It runs

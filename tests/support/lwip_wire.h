@@ -123,7 +123,7 @@ class LwipWire {
   void AdvanceMs(uint32_t ms) { Tick(static_cast<int>(ms / TCP_TMR_INTERVAL) + 1); }
   // Ticks run so far: the wire's clock for latency and for timing tests.
   uint64_t ticks() const { return ticks_; }
-  // lwIP's microsecond clock (LWIP_TCP_NOW_US, lwIP patch 0031) follows the wire: the tick's
+  // lwIP's microsecond clock (xdpfwd_lwip_now_us, BBR's clock) follows the wire: the tick's
   // start, plus kRoundUs for each round of delivery in it (at most a tick's worth), so that a
   // round trip at latency 0 takes tens of microseconds, as on a LAN, and not zero.
   static constexpr uint64_t kRoundUs = 10;

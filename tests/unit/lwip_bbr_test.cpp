@@ -1,5 +1,5 @@
-// BBR in our lwIP (patch 0031) over two netifs wired in memory: round trips timed on the wire's
-// microsecond clock, Startup that ends when the delivery rate stops growing (here at the
+// BBR in our lwIP (stack/lwip/cc/bbr.c) over two netifs wired in memory: round trips timed on
+// the wire's microsecond clock, Startup that ends when the delivery rate stops growing (here at the
 // receive window), a window that a random loss does not shrink (CUBIC's leaves 0.7 of it), so
 // a lossy transfer finishes in a fraction of CUBIC's time, and an RTO that restarts Startup
 // from four segments. Each test fails with the controller off (xdpfwd_tcp_cc left loss-based).

@@ -1,8 +1,9 @@
 // Congestion control in our lwIP, over two netifs wired in memory with a one-way latency in
-// lwIP ticks: 0017 starts a connection with RFC 6928's ten segments, 0018 is CUBIC (RFC 9438):
-// a loss leaves 0.7 of the window (Reno: 0.5), regained in the Reno-friendly region at 0.53
-// segments per round trip while the cubic function is below it (round trips much shorter than
-// K, as on the relay's LAN legs), and along the cubic function when round trips are long.
+// lwIP ticks: 0017 starts a connection with RFC 6928's ten segments, and CUBIC (RFC 9438,
+// stack/lwip/cc/cubic.c behind patch 0018's table of steps): a loss leaves 0.7 of the window
+// (Reno: 0.5), regained in the Reno-friendly region at 0.53 segments per round trip while the
+// cubic function is below it (round trips much shorter than K, as on the relay's LAN legs), and
+// along the cubic function when round trips are long.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -85,7 +86,7 @@ TEST_F(LwipCongestionTest, FirstFlightIsTenSegments) {
   EXPECT_EQ(first_flight, 10u);
 }
 
-// 0018: a fast retransmit leaves ssthresh (and, once recovery is over, cwnd) at beta_cubic =
+// CUBIC: a fast retransmit leaves ssthresh (and, once recovery is over, cwnd) at beta_cubic =
 // 0.7 of the window (RFC 9438 4.6); Reno halved it.
 TEST_F(LwipCongestionTest, LossLeavesSevenTenthsOfTheWindow) {
   constexpr uint32_t kOneWayTicks = 1;
@@ -102,7 +103,7 @@ TEST_F(LwipCongestionTest, LossLeavesSevenTenthsOfTheWindow) {
   EXPECT_LE(client_.pcb->cwnd, r.ssthresh_after + 2 * kMss);
 }
 
-// 0018: with round trips far shorter than K (here 20 ms against K = cbrt(W_max 0.3 / 0.4) =
+// CUBIC: with round trips far shorter than K (here 20 ms against K = cbrt(W_max 0.3 / 0.4) =
 // 3.1 s), W_cubic stays below the Reno-friendly W_est, which grows by alpha_cubic = 0.53
 // segments per round trip (RFC 9438 4.3): about 5 in 10 round trips. Reno grew by 10.
 TEST_F(LwipCongestionTest, RenoFriendlyRegionGrowsHalfASegmentPerRoundTrip) {
@@ -117,7 +118,7 @@ TEST_F(LwipCongestionTest, RenoFriendlyRegionGrowsHalfASegmentPerRoundTrip) {
   EXPECT_LE(growth, 6.5) << "from " << cwnd.front() << " segments";
 }
 
-// 0018: with a 1 s round trip K (cbrt(100 0.3 / 0.4) = 4.2 s) is a few round trips away: cwnd
+// CUBIC: with a 1 s round trip K (cbrt(100 0.3 / 0.4) = 4.2 s) is a few round trips away: cwnd
 // follows the concave cubic function back to W_max = 100 segments by about K, then past it
 // (convex); the Reno-friendly W_est would be at ~72 and Reno at ~55.
 TEST_F(LwipCongestionTest, LongRoundTripsFollowTheCubicFunction) {
