@@ -154,7 +154,8 @@ void HostDiagnosis::CheckPeers(const ServiceReport& now, const std::vector<RuleT
         "previous small segment is acknowledged; the fast path's ACK waits up to 10 ms, a Linux "
         "receiver's, the kernel path's too, 40 ms). " +
         std::string(fast ? "The fast path ACKs those connections' small segments at once now;"
-                         : "The kernel path's ACKs stay delayed (the kernel's);");
+                         : "The kernel path's ACKs are the kernel's and stay delayed, unless "
+                           "the route toward the peer says `quickack 1` (ip route change ...);");
     if (const uint64_t n = Grew(before->totals.backend_nagle_peers, r.totals.backend_nagle_peers);
         n > 0) {
       Raise({"backend_nagle_stall", -1,

@@ -121,7 +121,8 @@ constexpr TuningKey kKeys[] = {
      "kernel path, with the recorder on: BPF programs on the kernel's TCP tracepoints record "
      "its sockets' retransmissions, RTOs, fast recovery, zero windows and Nagle peers (on), or "
      "nothing of TCP's own (off). One bpf syscall per socket",
-     "connection rate and bulk with on and off: docs/flight_recorder.md",
+     "5 us more CPU per connection with on (42.2 against 37.2), two syscalls more (22 against "
+     "20); rate and bulk within this machine's noise (docs/flight_recorder.md)",
      [](const Tuning& t) -> uint64_t { return t.kernel_tcp_events ? 0 : 1; },
      [](Tuning& t, uint64_t i) { t.kernel_tcp_events = i == 0; }},
     {"buffer-size", "", 4096, 64u << 20,

@@ -54,7 +54,8 @@ class TcpEvents {
   // Tags socket `fd` (a connected TCP socket) as the kernel path's: one bpf syscall. The tag
   // goes when the socket is freed.
   Result<void> Tag(int fd, uint64_t connection, uint32_t rule, uint8_t leg, uint8_t thread);
-  // What this kernel could not attach ("fentry/tcp_send_probe0: ..."), empty when all ran.
+  // What this kernel could not load or attach ("tp_btf/timer_expire_entry: ..."), empty when
+  // all ran.
   const std::vector<std::string>& missing() const { return missing_; }
   // Events dropped because a thread's ring was full.
   uint64_t dropped() const;
