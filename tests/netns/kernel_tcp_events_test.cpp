@@ -1,7 +1,7 @@
 // The kernel path's TCP events (xdp/tcp_events.bpf.c) through the real binary: the kernel's
 // retransmissions, RTOs, fast recovery and zero window on the leg they happened on in a dumped
 // trace; a Nagle backend counted, warned about and recorded; sockets that are not the kernel
-// path's ignored; `--tune tcp-events=off`.
+// path's ignored; `--tune tcp-events=off`; a path whose programs cannot load still serving.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +21,7 @@
 #include "tests/support/lossy_link.h"
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
+#include "xdp/tcp_events_shared.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -215,6 +216,21 @@ TEST_F(TraceTest, KernelPathTcpEventsOnlyForItsOwnSockets) {
     }
     EXPECT_EQ(TracksWith(text, "retransmission").size(), on ? 1u : 0u);
   }
+}
+
+// Where the programs cannot run (here: more threads than they have rings for), the kernel path
+// starts all the same, relays, and says once why it records no TCP events.
+TEST_F(TraceTest, KernelPathWithoutTcpEventsStillServesAndSaysWhy) {
+  ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+                       {"--threads", std::to_string(TCP_EVENTS_MAX_THREADS + 1)});
+  Traffic();
+  fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "completed") == kConnections; });
+  // Logged before "ready", once.
+  const std::string out = fwd.output();
+  const std::string why =
+      "TCP events: 65 threads, at most 64 have rings; TCP events are not recorded";
+  ASSERT_NE(out.find(why), std::string::npos) << out;
+  EXPECT_EQ(out.find(why), out.rfind(why));
 }
 
 }  // namespace
