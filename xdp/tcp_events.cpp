@@ -48,11 +48,12 @@ Result<std::unique_ptr<TcpEvents>> TcpEvents::Load(int threads) {
   const int template_fd =
       bpf_map_create(BPF_MAP_TYPE_RINGBUF, "tcp_ev_tmpl", 0, 0, TCP_EVENTS_RING_BYTES, nullptr);
   if (template_fd < 0) return SystemError("TCP events: create a ring buffer");
-  // The delayed-ACK timer's program needs tcp_delack_timer in /proc/kallsyms, which a kernel
-  // may hide where its tracepoints work: when the whole object does not load, it is loaded
-  // again without it (no Nagle peers).
+  // The delayed-ACK timer's program is the one a kernel with TCP tracepoints may still refuse
+  // (the timer tracepoint's BTF, the address taken of tcp_delack_timer): when the whole object
+  // does not load, it is loaded again without it (no Nagle peers). A kernel whose BTF lacks
+  // tcp_delack_timer fails both (libbpf resolves every extern), and the path runs without.
   int err = 0;
-  for (bool with_kprobe : {true, false}) {
+  for (bool with_timer : {true, false}) {
     tcp_events* s = tcp_events__open();
     if (s == nullptr) {
       close(template_fd);
@@ -60,10 +61,10 @@ Result<std::unique_ptr<TcpEvents>> TcpEvents::Load(int threads) {
     }
     events->skeleton_->s = s;
     bpf_map__set_inner_map_fd(s->maps.rings, template_fd);
-    if (!with_kprobe) bpf_program__set_autoload(s->progs.timer_expires, false);
+    if (!with_timer) bpf_program__set_autoload(s->progs.timer_expires, false);
     err = tcp_events__load(s);
     if (err == 0) break;
-    if (with_kprobe) {
+    if (with_timer) {
       events->missing_.push_back("tp_btf/timer_expire_entry (Nagle peers): " +
                                  std::error_code(-err, std::system_category()).message());
     }
