@@ -294,6 +294,7 @@ void KernelPath::Stop() {
 KernelPathTotals KernelPath::Totals() const {
   KernelPathTotals sum;
   for (const auto& c : counters_) sum += c->Snapshot();
+  if (tcp_events_) sum.tcp_events_dropped = tcp_events_->dropped();
   return sum;
 }
 

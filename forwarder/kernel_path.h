@@ -80,6 +80,8 @@ struct KernelPathConfig {
   /* after that. Near 0 when choosing ports is O(1). */                                         \
   X(port_retries, counter, "backend connect attempts beyond the first of a connection")         \
   X(kernel_no_port, counter, "backend connects for which the kernel found no local port")       \
+  /* Read from the TCP event programs' per-CPU map by Totals(); no thread counts it. */         \
+  X(tcp_events_dropped, counter, "TCP events lost to a full ring (xdp/tcp_events.h)")           \
   /* Two descriptors each, at most 64 per thread: what the process's descriptors may exceed */  \
   /* its idle count by once connections end. */                                                 \
   X(pooled_pipes, gauge, "empty pipes the threads keep for reuse")
