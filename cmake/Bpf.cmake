@@ -5,8 +5,16 @@ find_program(BPFTOOL bpftool PATHS /usr/sbin /sbin REQUIRED)
 
 execute_process(COMMAND ${CMAKE_C_COMPILER} -dumpmachine
                 OUTPUT_VARIABLE _multiarch OUTPUT_STRIP_TRAILING_WHITESPACE)
+# The kprobe programs' register layout (libbpf's PT_REGS_PARM*) is the host's.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  set(_bpf_arch x86)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+  set(_bpf_arch arm64)
+else()
+  set(_bpf_arch ${CMAKE_SYSTEM_PROCESSOR})
+endif()
 # One list of flags, used by the build and by the test that proves a warning fails it.
-set(XDPFWD_BPF_CFLAGS -target bpf -O2 -g -Wall -Wextra -Werror
+set(XDPFWD_BPF_CFLAGS -target bpf -D__TARGET_ARCH_${_bpf_arch} -O2 -g -Wall -Wextra -Werror
     -I/usr/include/${_multiarch} -I${PROJECT_SOURCE_DIR}/xdp
     CACHE INTERNAL "clang flags for BPF programs")
 

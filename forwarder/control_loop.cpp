@@ -419,12 +419,13 @@ ServiceReport LoopState::FullReport() {
   return r;
 }
 
-// Only the fast path's workers are watched: the kernel path's threads are the scheduler's.
+// The fast path's workers are watched (the kernel path's threads are the scheduler's), and
+// both paths' peers (Nagle peers: the kernel path's from its TCP events).
 void LoopState::Diagnose() {
   const auto now = Clock::now();
   next_diagnosis_ = now + kDiagnosisInterval;
   const ServiceReport r = service_->Report();
-  if (!r.fast) {
+  if (!r.fast && !r.kernel) {
     next_diagnosis_ = Clock::time_point::max();
     return;
   }

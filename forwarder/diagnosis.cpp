@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 namespace xdpfwd {
 namespace {
@@ -103,39 +104,58 @@ std::vector<HostWarning> HostDiagnosis::Check(const ServiceReport& now,
               t, fresh);
       }
     }
-    CheckPeers(now, over, t, fresh);
+  }
+  if (last_) {
+    const std::string over = " in the last " + Seconds(t - last_time_);
+    const std::vector<RuleTotals> none;
+    if (now.fast) {
+      CheckPeers(now, now.fast->rules, last_->fast ? last_->fast->rules : none, "fast", over, t,
+                 fresh);
+    }
+    if (now.kernel) {
+      CheckPeers(now, now.kernel->rules, last_->kernel ? last_->kernel->rules : none, "kernel",
+                 over, t, fresh);
+    }
   }
   last_ = now;
   last_time_ = t;
   return fresh;
 }
 
-// Per rule, the fast path's Nagle peers (forwarder/relay.cpp, Relay::CheckNagle): a peer that
-// holds each small write back until its previous one is acknowledged waited for our delayed
-// ACK three times in a row, up to lwIP's 10 ms fast tick each (40 ms behind a Linux receiver,
-// the kernel path's too). The relay ACKs such a peer at once since; others still wait.
-void HostDiagnosis::CheckPeers(const ServiceReport& now, const std::string& over,
-                               std::chrono::steady_clock::time_point t,
+// Per rule and path, the Nagle peers: a peer that holds each small write back until its
+// previous one is acknowledged waited for our delayed ACK three times in a row, up to lwIP's
+// 10 ms fast tick each on the fast path (forwarder/relay.cpp, Relay::CheckNagle), Linux's
+// 40 ms on the kernel path (xdp/tcp_events.bpf.c). The fast path ACKs such a peer at once
+// since; the kernel path cannot make the kernel's delayed ACK go away, and says so.
+void HostDiagnosis::CheckPeers(const ServiceReport& now, const std::vector<RuleTotals>& rules,
+                               const std::vector<RuleTotals>& last_rules, const char* path,
+                               const std::string& over, std::chrono::steady_clock::time_point t,
                                std::vector<HostWarning>& fresh) {
-  for (const RuleTotals& r : now.fast->rules) {
-    const RuleTotals* before = nullptr;
-    for (const RuleTotals& b : last_->fast->rules) {
+  const bool fast = std::string_view(path) == "fast";
+  for (const RuleTotals& r : rules) {
+    const RuleTotals zero{};
+    // A rule not in the last report had no connection then (a path lists a rule from its
+    // first connection on): its counts began at 0 since.
+    const RuleTotals* before = &zero;
+    for (const RuleTotals& b : last_rules) {
       if (b.rule_id == r.rule_id) before = &b;
     }
-    if (before == nullptr || r.rule_id == RuleTotals::kOtherRules) continue;
+    if (r.rule_id == RuleTotals::kOtherRules) continue;
     const RuleReport* rule = nullptr;
     for (const RuleReport& rr : now.rules) {
       if (rr.id == r.rule_id) rule = &rr;
     }
     const std::string listen = rule ? rule->listen : "?", backend = rule ? rule->backend : "?";
-    const std::string which =
-        "rule " + std::to_string(r.rule_id) + ", " + listen + " -> " + backend;
+    const std::string which = "rule " + std::to_string(r.rule_id) + ", " + listen + " -> " +
+                              backend + ", " + path + " path";
     const std::string why =
         " waited for our delayed ACK" + over +
         " (the Nagle/delayed-ACK stall: with Nagle on, a small write is held back until the "
         "previous small segment is acknowledged; the fast path's ACK waits up to 10 ms, a Linux "
-        "receiver's, the kernel path's too, 40 ms). The fast path ACKs those connections' small "
-        "segments at once now;";
+        "receiver's, the kernel path's too, 40 ms). " +
+        std::string(fast ? "The fast path ACKs those connections' small segments at once now;"
+                         : "The kernel path's ACKs are the kernel's and stay delayed, unless "
+                           "the route toward the peer says `quickack 1` (ip route change ...);");
     if (const uint64_t n = Grew(before->totals.backend_nagle_peers, r.totals.backend_nagle_peers);
         n > 0) {
       Raise({"backend_nagle_stall", -1,

@@ -56,8 +56,11 @@ class HostDiagnosis {
 
   std::optional<ServiceReport> last_;
   std::chrono::steady_clock::time_point last_time_;
-  void CheckPeers(const ServiceReport& now, const std::string& over,
-                  std::chrono::steady_clock::time_point t, std::vector<HostWarning>& fresh);
+  // The Nagle peers of one path's rules (`path`: "fast", "kernel").
+  void CheckPeers(const ServiceReport& now, const std::vector<RuleTotals>& rules,
+                  const std::vector<RuleTotals>& last_rules, const char* path,
+                  const std::string& over, std::chrono::steady_clock::time_point t,
+                  std::vector<HostWarning>& fresh);
 
   std::map<std::tuple<std::string, int, int64_t>, Seen> seen_;
   std::map<std::string, uint64_t> raised_;

@@ -130,7 +130,7 @@ void RelayFamilies(Prometheus& p, const std::string& prefix, std::string_view wh
   });
   family("nagle_peers_total", false,
          "connection legs whose peer held small segments back for our delayed ACK (Nagle on "
-         "the peer; fast path), by side",
+         "the peer), by side",
          [](const Field& f) {
            if (f.name == "client_nagle_peers")
              return Labels(Prometheus::Labels{{"side", "client"}});

@@ -18,6 +18,7 @@
 #include "forwarder/kernel_path_pump.h"
 #include "forwarder/kernel_path_sessions.h"
 #include "os/log.h"
+#include "xdp/tcp_events.h"
 
 namespace xdpfwd {
 namespace {
@@ -171,6 +172,18 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
   NoteTimeWaitSettings(*ports);
 
   std::unique_ptr<KernelPath> path(new KernelPath(config));
+  if (config.flight_recorder && config.tcp_events) {
+    // Never a reason not to start: without them the path relays as before, and says so once.
+    auto events = TcpEvents::Load(threads);
+    if (!events) {
+      Log("kernel path: " + events.error().message() + "; TCP events are not recorded");
+    } else {
+      for (const std::string& missing : (*events)->missing()) {
+        Log("kernel path: TCP events: " + missing + "; left out");
+      }
+      path->tcp_events_ = std::move(*events);
+    }
+  }
   // Every listener is bound before any thread runs, so a bad rule fails Start as a whole.
   for (int i = 0; i < threads; ++i) {
     path->counters_.push_back(std::make_unique<kernel_path::PathCounters>());
@@ -187,6 +200,11 @@ Result<std::unique_ptr<KernelPath>> KernelPath::Start(const KernelPathConfig& co
       FlightRecorder::Format(ring->memory, kRecorderRecords);
       ring->writer = FlightRecorder::Attach(ring->memory);
       (*loop)->SetRecorder(&ring->writer);
+      if (path->tcp_events_) {
+        auto tcp_ring = path->tcp_events_->OpenRing(i, &kernel_path::Loop::OnTcpEvent, loop->get());
+        if (!tcp_ring) return tcp_ring.error();
+        (*loop)->SetTcpEvents(path->tcp_events_.get(), std::move(*tcp_ring));
+      }
       path->recorders_.push_back(std::move(ring));
     }
     path->loops_.push_back(std::move(*loop));
@@ -276,6 +294,7 @@ void KernelPath::Stop() {
 KernelPathTotals KernelPath::Totals() const {
   KernelPathTotals sum;
   for (const auto& c : counters_) sum += c->Snapshot();
+  if (tcp_events_) sum.tcp_events_dropped = tcp_events_->dropped();
   return sum;
 }
 

@@ -25,6 +25,8 @@
 
 namespace xdpfwd {
 
+class TcpEvents;
+
 namespace kernel_path {
 class Loop;
 class PlanBoard;
@@ -44,6 +46,11 @@ struct KernelPathConfig {
   // Each thread keeps its newest connection events in a flight recorder (os/flight_recorder.h)
   // that `xdpfwd ctl trace dump` writes beside the fast path's; false: none.
   bool flight_recorder = true;
+  // With the recorder: the kernel's TCP events of this path's sockets (retransmissions, RTOs,
+  // fast recovery, zero window in, Nagle peers) from BPF programs (xdp/tcp_events.h), recorded
+  // on the connection's leg; a Nagle peer is also counted and warned about. A kernel that
+  // cannot load them leaves them out, said once in the log.
+  bool tcp_events = true;
   bool use_splice = true;  // false: buffered copy for every connection
   // The loop threads never sleep: epoll_wait with a zero timeout, in a loop. Each thread keeps
   // a CPU busy, and a message no longer waits for the loop's halted CPU to wake (see
@@ -73,6 +80,8 @@ struct KernelPathConfig {
   /* after that. Near 0 when choosing ports is O(1). */                                         \
   X(port_retries, counter, "backend connect attempts beyond the first of a connection")         \
   X(kernel_no_port, counter, "backend connects for which the kernel found no local port")       \
+  /* Read from the TCP event programs' per-CPU map by Totals(); no thread counts it. */         \
+  X(tcp_events_dropped, counter, "TCP events lost to a full ring (xdp/tcp_events.h)")           \
   /* Two descriptors each, at most 64 per thread: what the process's descriptors may exceed */  \
   /* its idle count by once connections end. */                                                 \
   X(pooled_pipes, gauge, "empty pipes the threads keep for reuse")
@@ -125,6 +134,8 @@ class KernelPath {
   // connection has that id, or its thread did not answer within 1 s.
   Result<void> Shutdown(uint64_t id);
   int threads() const;
+  // Whether the kernel's TCP events are recorded (KernelPathConfig::tcp_events, and loaded).
+  bool tcp_events() const { return tcp_events_ != nullptr; }
   bool busy_poll() const { return config_.busy_poll; }
 
  private:
@@ -154,6 +165,7 @@ class KernelPath {
     ~RecorderRing();
   };
   std::vector<std::unique_ptr<RecorderRing>> recorders_;
+  std::unique_ptr<TcpEvents> tcp_events_;  // nullptr: off, or the kernel could not load them
   std::vector<std::unique_ptr<kernel_path::Loop>> loops_;
   std::vector<std::thread> threads_;
   // Serialises Stop, Reload, StopAccepting and the questions to the loops (a question must

@@ -266,7 +266,11 @@ void Loop::Run() {
     // Here, between batches, no epoll event of this iteration can still name a listener.
     if (board_.generation() != plan_->generation) ApplyPlan(board_.Current());
     // Busy-polling never sleeps, so deadlines are checked on every spin (ExpireDeadlines).
-    const int timeout = config_.busy_poll ? 0 : NextTimeoutMs();
+    int timeout = config_.busy_poll ? 0 : NextTimeoutMs();
+    // TCP events wait in the ring until a batch drains it (the programs wake nobody): an idle
+    // thread still drains 4 times a second, so a trace dump misses at most the last 250 ms.
+    constexpr int kTcpEventDrainMs = 250;
+    if (tcp_ring_ && (timeout < 0 || timeout > kTcpEventDrainMs)) timeout = kTcpEventDrainMs;
     if (timeout != 0) working.Release();  // a fork may happen while this thread sleeps
     const int n = epoll_wait(epoll_.get(), events, kEventBatch, timeout);
     if (timeout != 0) working = gate.Enter();
@@ -296,6 +300,8 @@ void Loop::Run() {
       }
     }
     RunQueuedTurns();
+    // The kernel's TCP events since the last batch: mapped memory, no syscall.
+    if (tcp_ring_) tcp_ring_->Drain();
     if (!retries_.empty()) OpenRetries();  // before their deadlines are looked at
     ExpireDeadlines();
     if (desk_waiting_) AnswerDesk();
@@ -423,6 +429,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   Add(counters_.relay.active);
   Add(c.rule_counters->active);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
+  TagSocket(c, c.client.fd, RecorderLeg::kClient);
   // The backend first: from here on Finish gives the pick back (least connections' counts).
   // [accept-proxy]: picked once the header names the client (TakeProxyHeader); until then
   // Finish gives nothing back.
@@ -731,6 +738,52 @@ int Loop::NextTimeoutMs() const {
   // Rounded up: waking before the deadline would only cost another epoll_wait.
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+void Loop::TagSocket(const Connection& c, const UniqueFd& fd, RecorderLeg leg) {
+  if (tcp_events_ == nullptr) return;
+  auto tagged = tcp_events_->Tag(fd.get(), c.id, c.rule->id, static_cast<uint8_t>(leg),
+                                 static_cast<uint8_t>(thread_));
+  if (!tagged && !warned_tag_) {
+    warned_tag_ = true;  // once per thread: the connection is relayed all the same
+    Log("kernel path: thread " + std::to_string(thread_) + ": " + tagged.error().message() +
+        "; that socket's TCP events are not recorded");
+  }
+}
+
+void Loop::OnTcpEvent(void* loop, const tcp_event& event) {
+  Loop& l = *static_cast<Loop*>(loop);
+  RecorderEvent kind;
+  switch (event.kind) {
+    case TCP_EVENT_RETRANSMIT:
+      kind = RecorderEvent::kRetransmit;
+      break;
+    case TCP_EVENT_RTO:
+      kind = RecorderEvent::kRto;
+      break;
+    case TCP_EVENT_RECOVERY:
+      kind = RecorderEvent::kFastRecovery;
+      break;
+    case TCP_EVENT_ZERO_WINDOW_IN:
+      kind = RecorderEvent::kZeroWindowIn;
+      break;
+    case TCP_EVENT_NAGLE_PEER: {
+      kind = RecorderEvent::kNaglePeer;
+      const bool client = event.leg == static_cast<uint8_t>(RecorderLeg::kClient);
+      for (RelayCounters* n : {&l.counters_.relay, &l.counters_.ForRule(event.rule)}) {
+        Add(client ? n->client_nagle_peers : n->backend_nagle_peers);
+      }
+      break;
+    }
+    default:
+      return;  // a kind of a newer program
+  }
+  // The kernel's time of the event (bpf_ktime_get_ns, CLOCK_MONOTONIC), not the batch's:
+  // the trace sorts what a drain appends after later events.
+  if (l.recorder_ != nullptr) {
+    l.recorder_->Record(event.monotonic_ns, kind, static_cast<uint32_t>(event.connection),
+                        static_cast<RecorderLeg>(event.leg), event.args[0], event.args[1]);
+  }
 }
 
 void Loop::ResetEverything() {

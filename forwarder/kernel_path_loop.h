@@ -25,6 +25,7 @@
 #include "os/log.h"
 #include "os/result.h"
 #include "os/unique_fd.h"
+#include "xdp/tcp_events.h"
 
 namespace xdpfwd::kernel_path {
 
@@ -103,6 +104,14 @@ class Loop {
   void RequestStop();
   // Before Run: each connection's life goes into `recorder` (not owned; nullptr: none).
   void SetRecorder(FlightRecorder* recorder) { recorder_ = recorder; }
+  // Before Run, with a recorder: this thread tags its sockets in `events` (not owned) and
+  // drains `ring`, its own, into the recorder between two epoll batches.
+  void SetTcpEvents(TcpEvents* events, std::unique_ptr<TcpEventRing> ring) {
+    tcp_events_ = events;
+    tcp_ring_ = std::move(ring);
+  }
+  // A TcpEventRing handler: `loop` is the Loop whose ring it is, on its own thread.
+  static void OnTcpEvent(void* loop, const tcp_event& event);
   // Any thread: ask here (SessionDesk::Ask), then Wake(); answered at the end of the loop's
   // next iteration.
   SessionDesk& desk() { return desk_; }
@@ -172,6 +181,9 @@ class Loop {
   // One event of `c` into the recorder, stamped with the batch's clock.
   void Trace(const Connection& c, RecorderEvent kind, RecorderLeg leg, uint32_t arg0 = 0,
              uint32_t arg1 = 0);
+  // The kernel's TCP events of this thread's sockets (xdp/tcp_events.h): a socket of `c` is
+  // tagged when accepted or connected; each event drained lands in the recorder on its leg.
+  void TagSocket(const Connection& c, const UniqueFd& fd, RecorderLeg leg);
   void ResetEverything();
   void AnswerDesk();
   void CopyTable(std::vector<SessionRecord>& table) const;
@@ -220,6 +232,9 @@ class Loop {
   const int thread_;
   uint64_t next_id_ = 0;  // the last connection's number on this thread
   FlightRecorder* recorder_ = nullptr;
+  TcpEvents* tcp_events_ = nullptr;
+  std::unique_ptr<TcpEventRing> tcp_ring_;
+  bool warned_tag_ = false;
   // Set by any wake-up (a plan, a stop, a question); the desk is looked at only then, so an
   // iteration nobody asked anything of pays one test of this flag.
   bool desk_waiting_ = false;

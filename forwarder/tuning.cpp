@@ -118,6 +118,14 @@ constexpr TuningKey kKeys[] = {
      "32-byte ping-pong p50 54.8 us with on, 55.0 with off: alike (docs/kernel-path.md)",
      [](const Tuning& t) -> uint64_t { return t.kernel_copy ? 1 : 0; },
      [](Tuning& t, uint64_t i) { t.kernel_copy = i == 1; }},
+    {"tcp-events", "on|off", 0, 0,
+     "kernel path, with the recorder on: BPF programs on the kernel's TCP tracepoints record "
+     "its sockets' retransmissions, RTOs, fast recovery, zero windows and Nagle peers (on), or "
+     "nothing of TCP's own (off). One bpf syscall per socket",
+     "5 us more CPU per connection with on (42.2 against 37.2), two syscalls more (22 against "
+     "20); rate and bulk within this machine's noise (docs/flight_recorder.md)",
+     [](const Tuning& t) -> uint64_t { return t.kernel_tcp_events ? 0 : 1; },
+     [](Tuning& t, uint64_t i) { t.kernel_tcp_events = i == 0; }},
     {"buffer-size", "", 4096, 64u << 20,
      "kernel path: bytes of the copy buffer per direction of a connection, with copy=on or where "
      "splice fails",
@@ -178,6 +186,7 @@ void Tuning::ApplyTo(FastPathConfig& config) const {
 void Tuning::ApplyTo(KernelPathConfig& config) const {
   config.use_splice = !kernel_copy;
   config.flight_recorder = flight_recorder;
+  config.tcp_events = kernel_tcp_events;
   config.copy_buffer_bytes = kernel_buffer;
 }
 

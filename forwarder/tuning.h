@@ -35,6 +35,7 @@ struct Tuning {
   bool flight_recorder = true;       // recorder
   bool lock_memory = true;           // memory-lock
   bool kernel_copy = false;          // copy: buffered copy instead of splice
+  bool kernel_tcp_events = true;     // tcp-events
   size_t kernel_buffer = 64 * 1024;  // buffer-size
 
   // The levers into a path's configuration: here, beside the table, so that a new lever is

@@ -273,6 +273,31 @@ TEST(HostDiagnosis, ARefusedLockIsWarnedOnceWithItsFix) {
   EXPECT_EQ(d.raised().at("worker_memory_unlocked"), 41u);
 }
 
+// The kernel path's Nagle peers are warned about like the fast path's, naming the path; a rule
+// that was not in the last report (a path lists a rule from its first connection) counts from 0,
+// so a peer found in its first interval is not missed.
+TEST(HostDiagnosis, KernelPathNaglePeerIsWarnedAlsoInItsRulesFirstInterval) {
+  ServiceReport before = SampleReport();
+  before.workers.clear();  // no lock warning in the way
+  before.kernel->rules.clear();
+  HostDiagnosis d;
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  EXPECT_TRUE(d.Check(before, t0).empty());
+  ServiceReport now = before;
+  RelayTotals k = now.kernel->relay;
+  k.backend_nagle_peers = 1;
+  now.kernel->relay = k;
+  now.kernel->rules = {{1, k}};
+  const auto fresh = d.Check(now, t0 + std::chrono::seconds(2));
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_EQ(fresh[0].kind, "backend_nagle_stall");
+  EXPECT_NE(fresh[0].text.find("backend 10.0.0.2:9001 (rule 1, [::]:9002 -> 10.0.0.2:9001, "
+                               "kernel path): on 1 connection(s)"),
+            std::string::npos)
+      << fresh[0].text;
+  EXPECT_NE(fresh[0].text.find("quickack 1"), std::string::npos) << fresh[0].text;
+}
+
 TEST(ReportJson, EscapesStrings) {
   ServiceReport r;
   r.config_file = "a\"b\\c\n\x01";

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: GPL-2.0
+/* TCP events of the kernel path's own sockets: retransmitted segments, RTO
+ * expiry, fast recovery, zero window in, and the Nagle/delayed-ACK stall. The
+ * kernel path tags each socket it accepts or connects in `tagged` (socket
+ * storage, keyed by its fd from user space); every program here first looks the
+ * socket's tag up and leaves an untagged socket at once, so another socket
+ * costs one pointer test (its sk_bpf_storage is NULL). Events go to the ring of
+ * the thread that owns the socket, drained by that thread between two epoll
+ * batches (forwarder/kernel_path_loop.cpp). */
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "tcp_events_shared.h"
+
+/* BPF_PROG names its context argument whether a program reads it or not. */
+#pragma clang diagnostic ignored "-Wunused-parameter"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The kernel's types, only the fields read here: CO-RE relocates each field to
+ * where the running kernel has it (its BTF), so no vmlinux.h is needed. */
+struct sock {
+	int __unused;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	unsigned int len;
+	unsigned char *data;
+} __attribute__((preserve_access_index));
+
+struct timer_list {
+	void (*function)(struct timer_list *);
+} __attribute__((preserve_access_index));
+
+struct inet_connection_sock {
+	struct timer_list icsk_delack_timer;
+	__u32 icsk_rto;
+	__u8 icsk_backoff;
+	struct {
+		__u8 pending;
+		__u16 rcv_mss;
+	} icsk_ack;
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u32 snd_cwnd;
+	__u32 snd_ssthresh;
+} __attribute__((preserve_access_index));
+
+/* include/net/inet_connection_sock.h and include/net/tcp.h. */
+#define ICSK_ACK_TIMER 2
+#define TCP_CA_Recovery 3
+#define TCP_CA_Loss 4
+
+/* The RTO is kept in jiffies; libbpf fills this from the kernel's config. */
+extern unsigned int CONFIG_HZ __kconfig __weak;
+
+/* A segment's bytes that arrive within this of our delayed ACK may have waited
+ * for it; three times in a row, the peer did (forwarder/relay.cpp's rule). */
+#define NAGLE_ANSWER_NS 1000000ULL
+#define NAGLE_RUN 3
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tcp_socket_tag);
+} tagged SEC(".maps");
+
+struct thread_ring {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, TCP_EVENTS_RING_BYTES);
+};
+
+/* A ring per kernel-path thread, created and put here by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, TCP_EVENTS_MAX_THREADS);
+	__type(key, __u32);
+	__array(values, struct thread_ring);
+} rings SEC(".maps");
+
+/* Events a full (or missing) ring dropped, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dropped SEC(".maps");
+
+static __always_inline struct tcp_socket_tag *tag_of(struct sock *sk)
+{
+	return bpf_sk_storage_get(&tagged, sk, 0, 0);
+}
+
+static __always_inline void emit(struct tcp_socket_tag *tag, __u64 now,
+				 __u16 kind, __u32 arg0, __u32 arg1)
+{
+	__u32 thread = tag->thread;
+	void *ring = bpf_map_lookup_elem(&rings, &thread);
+	struct tcp_event event = {
+		.monotonic_ns = now,
+		.connection = tag->connection,
+		.rule = tag->rule,
+		.kind = kind,
+		.leg = tag->leg,
+		.args = {arg0, arg1},
+	};
+
+	/* No wake-up: the thread drains its ring between epoll batches anyway,
+	 * and a wake-up per event would cost an irq_work each. */
+	if (ring && bpf_ringbuf_output(ring, &event, sizeof(event),
+				       BPF_RB_NO_WAKEUP) == 0)
+		return;
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&dropped, &zero);
+
+	if (n)
+		*n += 1;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(retransmit, struct sock *sk, struct sk_buff *skb, int err)
+{
+	struct tcp_socket_tag *tag = tag_of(sk);
+
+	if (!tag || err)
+		return 0;
+	emit(tag, bpf_ktime_get_ns(), TCP_EVENT_RETRANSMIT, 1,
+	     BPF_CORE_READ(skb, len));
+	return 0;
+}
+
+/* Loss is entered at each expiry of the retransmission timer (tcp_enter_loss),
+ * recovery once per fast retransmit episode (tcp_enter_recovery). */
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(cong_state, struct sock *sk, __u8 ca_state)
+{
+	struct tcp_socket_tag *tag;
+
+	if (ca_state != TCP_CA_Loss && ca_state != TCP_CA_Recovery)
+		return 0;
+	tag = tag_of(sk);
+	if (!tag)
+		return 0;
+	if (ca_state == TCP_CA_Loss) {
+		struct inet_connection_sock *icsk = (void *)sk;
+		__u32 hz = CONFIG_HZ ? CONFIG_HZ : 1000;
+		/* The timeout that expired, and how often it had been backed
+		 * off before (the timer doubles both after this). */
+		__u32 rto = BPF_CORE_READ(icsk, icsk_rto);
+
+		emit(tag, bpf_ktime_get_ns(), TCP_EVENT_RTO, rto * 1000 / hz,
+		     BPF_CORE_READ(icsk, icsk_backoff) + 1);
+	} else {
+		struct tcp_sock *tp = (void *)sk;
+
+		emit(tag, bpf_ktime_get_ns(), TCP_EVENT_RECOVERY,
+		     BPF_CORE_READ(tp, snd_cwnd),
+		     BPF_CORE_READ(tp, snd_ssthresh));
+	}
+	return 0;
+}
+
+/* Sockets whose delayed-ACK timer is watched, by address: the timer's hook is
+ * the timer tracepoint, which names the timer, not a socket with its storage
+ * (this kernel refuses fentry and has no kprobes). tcp_probe adds a tagged
+ * socket at its first segment, tcp_destroy_sock removes it. The value: when our
+ * delayed-ACK timer last fired with an ACK pending. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} delack_watch SEC(".maps");
+
+/* The delayed-ACK timer's function (net/ipv4/tcp_timer.c), found by libbpf in
+ * /proc/kallsyms. */
+extern void tcp_delack_timer(struct timer_list *) __ksym;
+
+/* Every timer_list that expires on the host: one comparison for any other
+ * timer; a delayed-ACK timer of a watched socket notes the time. */
+SEC("tp_btf/timer_expire_entry")
+int BPF_PROG(timer_expires, struct timer_list *timer, unsigned long baseclk)
+{
+	struct inet_connection_sock *icsk;
+	__u64 key, *held;
+
+	if (BPF_CORE_READ(timer, function) != &tcp_delack_timer)
+		return 0;
+	icsk = (void *)((unsigned char *)timer -
+			bpf_core_field_offset(struct inet_connection_sock,
+					      icsk_delack_timer));
+	key = (__u64)icsk;
+	held = bpf_map_lookup_elem(&delack_watch, &key);
+	if (held && (BPF_CORE_READ(icsk, icsk_ack.pending) & ICSK_ACK_TIMER))
+		*held = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* Every segment an established socket receives, before it is processed: skb
+ * starts at the TCP header. */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
+{
+	struct inet_connection_sock *icsk = (void *)sk;
+	struct tcp_socket_tag *tag = tag_of(sk);
+	unsigned char *data;
+	struct tcphdr th;
+	__u32 payload, header;
+	__u64 key = (__u64)sk;
+	__u64 now, *held;
+
+	if (!tag)
+		return 0;
+	data = BPF_CORE_READ(skb, data);
+	if (bpf_probe_read_kernel(&th, sizeof(th), data))
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* The peer closed its window (an unscaled 0 is 0 at any scale). */
+	if (th.window == 0 && !th.syn && !th.rst) {
+		if (!tag->peer_window_closed)
+			emit(tag, now, TCP_EVENT_ZERO_WINDOW_IN, 0, 0);
+		tag->peer_window_closed = 1;
+	} else {
+		tag->peer_window_closed = 0;
+	}
+	if (tag->nagle_found)
+		return 0;
+	header = th.doff * 4;
+	payload = BPF_CORE_READ(skb, len);
+	payload = payload > header ? payload - header : 0;
+	if (!tag->watched) {
+		__u64 never = 0;
+
+		tag->watched = 1;
+		bpf_map_update_elem(&delack_watch, &key, &never, BPF_ANY);
+	}
+	if (payload == 0)
+		return 0;
+	held = bpf_map_lookup_elem(&delack_watch, &key);
+	if (held && tag->last_data_small && *held > tag->last_data_ns) {
+		if (now - *held > NAGLE_ANSWER_NS) {
+			tag->nagle_run = 0;
+		} else if (++tag->nagle_run == NAGLE_RUN) {
+			__u64 stall_us = (now - tag->last_data_ns) / 1000;
+
+			tag->nagle_found = 1;
+			bpf_map_delete_elem(&delack_watch, &key);
+			emit(tag, now, TCP_EVENT_NAGLE_PEER,
+			     stall_us > 0xffffffff ? 0xffffffff : stall_us, 0);
+		}
+	}
+	tag->last_data_ns = now;
+	tag->last_data_small = payload < BPF_CORE_READ(icsk, icsk_ack.rcv_mss);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(destroyed, struct sock *sk)
+{
+	struct tcp_socket_tag *tag = tag_of(sk);
+	__u64 key = (__u64)sk;
+
+	if (tag && tag->watched)
+		bpf_map_delete_elem(&delack_watch, &key);
+	return 0;
+}
