@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "os/unique_fd.h"
@@ -52,6 +55,24 @@ in_addr Addr(const std::string& dotted) {
 bool RouteExists(const std::string& prefix) {
   return !RunCommand("", "ip -4 route show " + prefix).output.empty();
 }
+
+// Held while a topology picks its subnets and routes them (Topology::Build), across every test
+// process on the machine: flock(2) on a file in /run/lock, released when the fd closes, also
+// when the process dies.
+class SubnetLock {
+ public:
+  SubnetLock() : fd_(open(kPath, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+    if (!fd_) throw std::runtime_error(std::string("open ") + kPath + ": " + strerror(errno));
+    while (flock(fd_.get(), LOCK_EX) != 0) {
+      if (errno != EINTR)
+        throw std::runtime_error(std::string("flock ") + kPath + ": " + strerror(errno));
+    }
+  }
+
+ private:
+  static constexpr const char* kPath = "/run/lock/xdpfwd-test-subnets";
+  UniqueFd fd_;
+};
 
 }  // namespace
 
@@ -150,27 +171,6 @@ void Topology::Build(const TopologyOptions& options) {
   client_side_if_ = "xc" + short_id;
   server_side_if_ = "xs" + short_id;
 
-  // Subnets from the benchmarking range (RFC 2544): 198.18.k.0/24 for the client side,
-  // 198.19.k.0/24 for the server side, k chosen so no existing route overlaps. k is never
-  // 100-199, the benchmark smoke test's (its subnets are fixed, and bench/run refuses one that
-  // is already routed).
-  int k = -1;
-  for (int i = 0; i < 150; ++i) {
-    const int r = (getpid() * 7 + n * 13 + i) % 150;
-    const int cand = r < 99 ? 1 + r : 200 + (r - 99);  // 1-99, 200-250
-    const std::string c = "198.18." + std::to_string(cand) + ".0/24";
-    const std::string s = "198.19." + std::to_string(cand) + ".0/24";
-    if (!RouteExists(c) && !RouteExists(s)) {
-      k = cand;
-      break;
-    }
-  }
-  if (k < 0) throw std::runtime_error("topology: no free 198.18.k.0/24 subnet");
-  const std::string ks = std::to_string(k);
-  client_addr_ = Addr("198.18." + ks + ".2");
-  client_gw_ = Addr("198.18." + ks + ".1");
-  server_addr_ = Addr("198.19." + ks + ".2");
-  server_gw_ = Addr("198.19." + ks + ".1");
   const std::string mtu = std::to_string(options.mtu);
   // Set at creation, the state `ethtool -L DEV rx N tx N` leaves (veth has no combined
   // channels), without ethtool and without its limit of the CPU count (checked: 4 queues on
@@ -185,24 +185,53 @@ void Topology::Build(const TopologyOptions& options) {
   client_ns_created_ = true;
   run("", "ip netns add " + server_ns_);
   server_ns_created_ = true;
-
-  struct Side {
-    const std::string& ns;
-    const std::string& root_if;
-    in_addr ns_addr, gw;
-  };
-  for (const Side& side : {Side{client_ns_, client_side_if_, client_addr_, client_gw_},
-                           Side{server_ns_, server_side_if_, server_addr_, server_gw_}}) {
-    run("", "ip link add " + side.root_if + " mtu " + mtu + queues + " type veth peer name " +
-                kNsIf + " mtu " + mtu + queues + " netns " + side.ns);
-    run("", "ip addr add " + ToString(side.gw) + "/24 dev " + side.root_if);
-    run("", "ip link set " + side.root_if + " up");
+  for (const std::string* ns : {&client_ns_, &server_ns_}) run(*ns, "ip link set lo up");
+  const std::pair<const std::string*, const std::string*> sides[] = {
+      {&client_ns_, &client_side_if_}, {&server_ns_, &server_side_if_}};
+  for (const auto& [ns, root_if] : sides) {
+    run("", "ip link add " + *root_if + " mtu " + mtu + queues + " type veth peer name " + kNsIf +
+                " mtu " + mtu + queues + " netns " + *ns);
     // Forwarding is decided by the ingress device's setting; no global sysctl is touched.
-    run("", "sysctl -q -w net.ipv4.conf." + side.root_if + ".forwarding=1");
-    run(side.ns, "ip link set lo up");
-    run(side.ns, "ip addr add " + ToString(side.ns_addr) + "/24 dev " + kNsIf);
-    run(side.ns, std::string("ip link set ") + kNsIf + " up");
-    run(side.ns, "ip route add default via " + ToString(side.gw));
+    run("", "sysctl -q -w net.ipv4.conf." + *root_if + ".forwarding=1");
+  }
+
+  // Subnets from the benchmarking range (RFC 2544): 198.18.k.0/24 for the client side,
+  // 198.19.k.0/24 for the server side, k chosen so no existing route overlaps. k is never
+  // 100-199, the benchmark smoke test's (its subnets are fixed, and bench/run refuses one that
+  // is already routed). Choosing k and routing it is one step under a lock every test process
+  // takes: CTest runs tests in parallel, and two processes that both saw k free would otherwise
+  // both route it, and one topology's packets would go to the other's veth.
+  {
+    const SubnetLock lock;
+    int k = -1;
+    for (int i = 0; i < 150; ++i) {
+      const int r = (getpid() * 7 + n * 13 + i) % 150;
+      const int cand = r < 99 ? 1 + r : 200 + (r - 99);  // 1-99, 200-250
+      const std::string c = "198.18." + std::to_string(cand) + ".0/24";
+      const std::string s = "198.19." + std::to_string(cand) + ".0/24";
+      if (!RouteExists(c) && !RouteExists(s)) {
+        k = cand;
+        break;
+      }
+    }
+    if (k < 0) throw std::runtime_error("topology: no free 198.18.k.0/24 subnet");
+    const std::string ks = std::to_string(k);
+    client_addr_ = Addr("198.18." + ks + ".2");
+    client_gw_ = Addr("198.18." + ks + ".1");
+    server_addr_ = Addr("198.19." + ks + ".2");
+    server_gw_ = Addr("198.19." + ks + ".1");
+    // The route exists once the address is on a link that is up.
+    run("", "ip addr add " + ToString(client_gw_) + "/24 dev " + client_side_if_);
+    run("", "ip link set " + client_side_if_ + " up");
+    run("", "ip addr add " + ToString(server_gw_) + "/24 dev " + server_side_if_);
+    run("", "ip link set " + server_side_if_ + " up");
+  }
+
+  for (const auto& [ns, addr, gw] : {std::tuple{&client_ns_, client_addr_, client_gw_},
+                                     std::tuple{&server_ns_, server_addr_, server_gw_}}) {
+    run(*ns, "ip addr add " + ToString(addr) + "/24 dev " + kNsIf);
+    run(*ns, std::string("ip link set ") + kNsIf + " up");
+    run(*ns, "ip route add default via " + ToString(gw));
   }
 }
 
