@@ -38,7 +38,7 @@ const char* const kTcpEvents[] = {"retransmission", "RTO", "fast recovery entere
 // backend that answers no SYN for 1.5 s makes the backend leg's retransmission timer expire.
 TEST_F(TraceTest, KernelPathTcpTroubleOnTheLegItHappenedOn) {
   ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
-                       {"--threads", "1"});
+                       {"--threads", "1", "--tune", "tcp-events=on"});
   UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
   constexpr uint64_t kTotal = 32u << 20;
   StreamStats sent;
@@ -95,7 +95,7 @@ TEST_F(TraceTest, KernelPathTcpTroubleOnTheLegItHappenedOn) {
 // nothing is counted; with `quickack 1` on the route toward it, nothing waits.
 TEST_F(TraceTest, KernelPathNaglePeerIsNamed) {
   ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
-                       {"--threads", "1"});
+                       {"--threads", "1", "--tune", "tcp-events=on"});
   UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
   constexpr int kExchanges = 20;
   auto slow_exchanges = [&](bool nodelay) {
@@ -171,8 +171,8 @@ TEST_F(TraceTest, KernelPathNaglePeerIsNamed) {
 TEST_F(TraceTest, KernelPathTcpEventsOnlyForItsOwnSockets) {
   for (const bool on : {true, false}) {
     SCOPED_TRACE(on ? "tcp-events=on" : "tcp-events=off");
-    std::vector<std::string> args = {"--threads", "1"};
-    if (!on) args.insert(args.end(), {"--tune", "tcp-events=off"});
+    const std::vector<std::string> args = {"--threads", "1", "--tune",
+                                           on ? "tcp-events=on" : "tcp-events=off"};
     ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
                          args);
     Traffic();  // connections of the kernel path's own, without trouble
@@ -221,8 +221,9 @@ TEST_F(TraceTest, KernelPathTcpEventsOnlyForItsOwnSockets) {
 // Where the programs cannot run (here: more threads than they have rings for), the kernel path
 // starts all the same, relays, and says once why it records no TCP events.
 TEST_F(TraceTest, KernelPathWithoutTcpEventsStillServesAndSaysWhy) {
-  ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
-                       {"--threads", std::to_string(TCP_EVENTS_MAX_THREADS + 1)});
+  ForwarderProcess fwd(
+      "kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+      {"--threads", std::to_string(TCP_EVENTS_MAX_THREADS + 1), "--tune", "tcp-events=on"});
   Traffic();
   fwd.WaitForStats([&](const auto& s) { return fwd.Relay(s, "completed") == kConnections; });
   // Logged before "ready", once.
