@@ -43,8 +43,9 @@ xdpfwd_rule(processors 2 "^PathsAndQueues/MultiQueueTest\\." "^SignalsAndModes/W
 xdpfwd_rule(lock bulk-transfer "^Paths/RelayTest\\.OneGibEachWay")
 
 # Under ASan/UBSan (scripts/test, build-asan/) besides the unit and bpf tests: the relay's
-# semantics through the sanitized binary on both paths.
-xdpfwd_rule(label asan "^Paths/RelayTest\\.")
+# semantics through the sanitized binary on both paths, and hostile peers (SYN floods from
+# spoofed sources, a flood past the flow capacity: three tests, ~15 s), where memory bugs hide.
+xdpfwd_rule(label asan "^Paths/RelayTest\\." "^HostileTest\\.")
 
 # --- Applying it -------------------------------------------------------------------------------
 
