@@ -131,8 +131,10 @@ def load_text(load):
     if load.get("error"):
         return f"not measured ({load['error']})"
     per = load.get("us_per_conn")
+    wait = load.get("runqueue_wait_percent")
     return (f"{'—' if per is None else f'{per:,.1f}'} µs {load['kind']}/connection, "
-            f"{load['kind']} {load['percent']:.0f}%")
+            f"{load['kind']} {load['percent']:.0f}%"
+            + ("" if wait is None else f", waited for its core {wait:.0f}%"))
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -160,8 +162,10 @@ COLLAPSE_BUSY_PERCENT = 50
 
 
 def collapse_verdict(r):
-    """(order, why) when one close order's rate collapsed against the other's; None when not,
-    or when either was not measured."""
+    """(order, why, own) when one close order's rate collapsed against the other's; None when
+    not, or when either was not measured. own: the forwarder's own CPU per connection rose
+    by half or more in that order, so its own calls were slow (the load generator was not
+    what waited)."""
     rates = {o: rate_of(r, f"rate_{o}") for o in CLOSE_ORDERS}
     if None in rates.values() or not max(rates.values()):
         return None
@@ -176,6 +180,7 @@ def collapse_verdict(r):
         return None
     why = (f"collapsed: {CLOSE_LABEL[slow]} {rates[slow]:,.0f}/s against {rates[fast]:,.0f}/s "
            f"{CLOSE_LABEL[fast]}")
+    own = False
     if busy is None:
         why += " with no forwarder"
     else:
@@ -185,13 +190,16 @@ def collapse_verdict(r):
         other = (r[f"rate_{fast}"].get("forwarder") or {}).get("us_per_conn")
         per = load.get("us_per_conn")
         why += f", the forwarder busy {busy:.0f}% of the time"
+        if load.get("runqueue_wait_percent") is not None:
+            why += f" and waiting for its core {load['runqueue_wait_percent']:.0f}%"
         if per is not None and other:
             why += f", {per:,.1f} µs of its CPU per connection against {other:,.1f}"
+            own = per >= 1.5 * other
     if row.get("slow_connect_calls"):
         why += (f"; the load generator's connect() took ≥ 1 ms {row['slow_connect_calls']:,} "
                 f"times (longest {row['connect_call_us_max'] / 1000:,.1f} ms): it scanned its "
                 "namespace's TIME_WAIT ports (--sources)")
-    return slow, why
+    return slow, why, own
 
 
 def failed_of(r, key):
@@ -231,7 +239,9 @@ def load_cell(r, key):
         return "—"
     core = load.get("core_us_per_conn")
     extra = f" + {core - per:,.1f} irq" if load["kind"] == "cpu" and core is not None else ""
-    return f"{per:,.1f} {load['kind']}{extra} ({load['kind']} {load['percent']:.0f}%)"
+    wait = load.get("runqueue_wait_percent")
+    waited = "" if wait is None else f", waited for its core {wait:.0f}%"
+    return f"{per:,.1f} {load['kind']}{extra} ({load['kind']} {load['percent']:.0f}%{waited})"
 
 
 def ports_cell(r):
@@ -305,7 +315,10 @@ def markdown(results, configs, meta):
                 "stacks receiving what it sent and which the kernel charges to the core, not the "
                 "process; for the fast path its worker's busy time (it busy-polls a whole core "
                 "whatever the load), which holds that work already (it runs inside the worker's "
-                "sendto). In brackets the CPU or busy time as a share of the test's wall time. Each configuration has ports of "
+                "sendto). In brackets the CPU or busy time as a share of the test's wall "
+                "time, and the time its threads were runnable but another program held the "
+                "core (schedstat), which a forwarder on a shared machine loses. Each "
+                "configuration has ports of "
                 "its own (listen → server; direct routing: the server's), so what one leaves "
                 "in TIME_WAIT cannot reach another.", "",
                 "| configuration | server closes first: connections/s, p50 / p99 µs | failed "
