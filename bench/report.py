@@ -131,10 +131,11 @@ def load_text(load):
     if load.get("error"):
         return f"not measured ({load['error']})"
     per = load.get("us_per_conn")
-    wait = load.get("runqueue_wait_percent")
+    wait, runs = load.get("runqueue_wait_percent"), load.get("runs_per_conn")
     return (f"{'—' if per is None else f'{per:,.1f}'} µs {load['kind']}/connection, "
             f"{load['kind']} {load['percent']:.0f}%"
-            + ("" if wait is None else f", waited for its core {wait:.0f}%"))
+            + ("" if wait is None else f", waited for its core {wait:.0f}%")
+            + ("" if runs is None else f", put on a CPU {runs:.2f} times per connection"))
 
 
 # --- the report --------------------------------------------------------------------------------
