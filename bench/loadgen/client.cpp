@@ -146,7 +146,18 @@ class ClientRun {
         j.String("close", o_.close == CloseOrder::kClient ? "client" : "server")
             .Count("connections", completed_)
             .Number("connections_per_sec", per_sec, 1)
-            .Count("connections_total", completed_total_);  // warm-up and drain included
+            .Count("connections_total", completed_total_)  // warm-up and drain included
+            // The connect() calls themselves (socket, bind, connect; warm-up included): the
+            // kernel chooses the source port inside connect(), and in a namespace whose
+            // ports towards the target are mostly in TIME_WAIT that choice is a scan
+            // (docs/benchmarks.md, "client first: the load generator's own ports").
+            .Number("connect_call_us_mean",
+                    connect_calls_ ? static_cast<double>(connect_call_ns_) / 1e3 /
+                                         static_cast<double>(connect_calls_)
+                                   : 0,
+                    1)
+            .Number("connect_call_us_max", static_cast<double>(connect_call_max_ns_) / 1e3, 1)
+            .Count("slow_connect_calls", slow_connect_calls_);
       }
       j.Object("latency_us", LatencyJson(latency_));
     }
@@ -181,6 +192,11 @@ class ClientRun {
     const SockAddr* source =
         o_.sources.empty() ? nullptr : &o_.sources[next_source_++ % o_.sources.size()];
     auto c = StartConnect(o_.connect, source);
+    const uint64_t took = MonotonicNs() - s.started_ns;
+    ++connect_calls_;
+    connect_call_ns_ += took;
+    connect_call_max_ns_ = std::max(connect_call_max_ns_, took);
+    slow_connect_calls_ += took >= kSlowConnectNs;
     if (!c) {
       Fail(i, Failure::kConnect, c.error().code.value());
       return;
@@ -478,6 +494,13 @@ class ClientRun {
   uint64_t completed_total_ = 0;  // rate: connections completed at any time
   Failures failures_;             // hold: failures while opening and holding
   Failures close_failures_;       // hold: failures of the exchange before closing
+  // Time spent in StartConnect (one non-blocking connect). A healthy one takes ~10-30 µs
+  // here; one that takes a millisecond has scanned thousands of TIME_WAIT ports.
+  static constexpr uint64_t kSlowConnectNs = 1'000'000;
+  uint64_t connect_calls_ = 0;
+  uint64_t connect_call_ns_ = 0;
+  uint64_t connect_call_max_ns_ = 0;
+  uint64_t slow_connect_calls_ = 0;
   // hold
   size_t next_held_ = 0;
   size_t in_flight_ = 0;
