@@ -54,6 +54,7 @@ std::optional<pid_t> ForkGate::Fork(std::chrono::milliseconds patience) {
   lock.unlock();  // not held across the fork: the parked threads wait on it, holding nothing
   const pid_t pid = fork();
   if (pid == 0) return pid;  // the child: one thread, no pass, and never back here
+  if (pid > 0) forks_.fetch_add(1);
   lock.lock();
   forking_.store(false);
   cv_.notify_all();

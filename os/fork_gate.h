@@ -50,12 +50,16 @@ class ForkGate {
   std::optional<pid_t> Fork(std::chrono::milliseconds patience);
 
   uint32_t passes_held() const { return working_.load(std::memory_order_relaxed); }
+  bool fork_pending() const { return forking_.load(std::memory_order_relaxed); }
+  // Children forked through the gate, counted before the gate reopens.
+  uint64_t forks() const { return forks_.load(std::memory_order_relaxed); }
 
  private:
   void Leave();
 
   std::atomic<uint32_t> working_{0};
   std::atomic<bool> forking_{false};
+  std::atomic<uint64_t> forks_{0};
   std::mutex mu_;  // forking_'s changes, and the waits on cv_
   std::condition_variable cv_;
 };

@@ -52,23 +52,21 @@ TEST(ForkGateTest, NoForkWhileAnotherThreadWorks) {
 TEST(ForkGateTest, AForkWaitsForThePassAndNewPassesWaitForTheFork) {
   ForkGate gate;
   ForkGate::Pass first = gate.Enter();
-  std::atomic<bool> forked{false};
-  std::future<std::optional<pid_t>> forker = std::async(std::launch::async, [&] {
-    const auto pid = ForkAndReap(gate, 5s);
-    forked = true;
-    return pid;
-  });
+  // (The gate's own count: the forker's thread learns of the fork only after the gate has
+  // reopened, and the second thread may be in by then.)
+  std::future<std::optional<pid_t>> forker =
+      std::async(std::launch::async, [&] { return ForkAndReap(gate, 5s); });
   // Once the forker waits, a second thread's Enter waits too: it must not get in between.
-  std::this_thread::sleep_for(50ms);
+  while (!gate.fork_pending()) std::this_thread::sleep_for(1ms);
   std::atomic<bool> second_in{false};
   std::thread second([&] {
     const ForkGate::Pass working = gate.Enter();
     second_in = true;
-    EXPECT_TRUE(forked.load()) << "a pass was taken while a fork was pending";
+    EXPECT_EQ(gate.forks(), 1u) << "a pass was taken while a fork was pending";
   });
   std::this_thread::sleep_for(100ms);
   EXPECT_FALSE(second_in.load()) << "entered while a fork waited for the first pass";
-  EXPECT_FALSE(forked.load()) << "forked while the first pass was held";
+  EXPECT_EQ(gate.forks(), 0u) << "forked while the first pass was held";
   first.Release();
   const std::optional<pid_t> pid = forker.get();
   ASSERT_TRUE(pid.has_value());
