@@ -54,19 +54,7 @@ class SteerFixtureTest : public ::testing::Test {
 
   // Runs one frame; checks the action and that exactly `reason` counted it.
   void Expect(const std::vector<uint8_t>& frame, int action, SteerReason reason) {
-    const SteerCounters before = prog_->ReadCounters();
-    const int ran = RunFrame(prog_->prog_fd(), frame);
-    ASSERT_GE(ran, 0) << strerror(-ran);
-    EXPECT_EQ(ran, action);
-    const SteerCounters after = prog_->ReadCounters();
-    for (size_t r = 0; r < kSteerReasonCount; ++r) {
-      const uint64_t moved = after[r].packets - before[r].packets;
-      const bool expected = r == static_cast<size_t>(reason);
-      EXPECT_EQ(moved, expected ? 1u : 0u) << ReasonName(static_cast<SteerReason>(r));
-      if (expected) {
-        EXPECT_EQ(after[r].bytes - before[r].bytes, frame.size());
-      }
-    }
+    ExpectDecision(*prog_, frame, action, reason);
   }
 
   static std::vector<uint8_t> Syn(uint16_t sport, const char* dst = kListen,

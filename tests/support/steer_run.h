@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "stack/xsk_port.h"
+#include "xdp/steer.h"
 
 namespace xdpfwd::test {
 
@@ -33,5 +34,10 @@ struct TimedRun {
   uint32_t ns_per_run = 0;
 };
 TimedRun RunFrameTimed(int prog_fd, const std::vector<uint8_t>& frame, uint32_t repeat);
+
+// Runs one frame through `prog` (gtest expectations): the action is `action`, and exactly
+// `reason` counted it, one packet of the frame's bytes.
+void ExpectDecision(SteerProgram& prog, const std::vector<uint8_t>& frame, int action,
+                    SteerReason reason);
 
 }  // namespace xdpfwd::test
