@@ -112,9 +112,11 @@
  * TCP_TMR_INTERVAL: 250 ms by default, far too coarse for a relay on a LAN. With our patch 0003
  * it visits only pcbs with such work, so 10 ms costs nothing per idle connection. */
 #define TCP_TMR_INTERVAL 10
-/* The slow timer (RTO, persist, keepalive, FIN_WAIT_2/TIME_WAIT expiry) still visits every
- * active pcb: every 100 ms rather than every 20, so 100,000 connections cost ten walks a second.
- * It is also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
+/* The slow timer (RTO, persist, keepalive, FIN_WAIT_2/TIME_WAIT expiry) runs every 100 ms
+ * rather than every 20. It visits each active pcb that has slow-timer work once per interval, a
+ * tenth of them per fast tick (our patches 0030, 0035: an idle established pcb costs nothing),
+ * and frees TIME_WAIT pcbs from buckets by expiry tick without walking the others (0037). It is
+ * also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
  * 2 * TCP_TMR_INTERVAL.) */
 #define TCP_SLOW_INTERVAL 100
 /* Retransmission timeout, RFC 6298 with Linux's floor (our patch 0005): 1 s until a round trip
