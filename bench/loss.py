@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """bench/run's loss rows (by default; --no-loss skips them, --loss-only runs nothing else): 64
-MiB each way through the fast path and the kernel path at 0, 1 and 3% loss, same run (issue
-#14's target: the fast path within 1.5x of the kernel path's time).
+MiB each way through the fast path and the kernel path at 0, 1 and 3% loss and at 1 and 3% in
+bursts, same run (issue #14's and #34's target: the fast path within 1.5x of the kernel path's
+time).
 
 The loss is xdp/lossy.bpf.c (bench/lossy_main.cpp, `xdpfwd-lossy`) on the namespace side of
 both veths: it drops that share of the TCP frames the client and the server receive, i.e. the
-forwarder's data and ACKs toward them. One transfer per row: the client sends 64 MiB and
+forwarder's data and ACKs toward them. Two kinds (LEVELS): "segment", the program in native
+mode, which takes TSO from the veth's peer, so each drop takes one segment; and "burst" (issue
+#34), the program in generic mode, which leaves the senders their TSO (the kernel path's
+sockets, the fast path's packet socket), so a drop takes a whole GSO packet, up to ~44
+segments at MTU 1500, as a full switch queue drops a burst. One transfer per row: the client sends 64 MiB and
 half-closes while it reads the server's 64 MiB until EOF; the server does the same the other
 way. Both streams are a seeded pseudo-random pattern, hashed at the receiver after the clock
 stops and compared with the sender's. A transfer that does not end within --loss-timeout
@@ -30,7 +35,9 @@ import sys
 import threading
 import time
 
-LOSS_PERCENT = (0, 1, 3)
+# (percent, kind) per row of a round, in the order a round runs them: kind "segment" drops
+# frames one segment each (native XDP), "burst" whole GSO packets (generic XDP).
+LEVELS = ((0, "segment"), (1, "segment"), (3, "segment"), (1, "burst"), (3, "burst"))
 RATIO_TARGET = 1.5
 LISTEN_BASE, SERVER_BASE = 8900, 6900  # below bench/run's blocks (9000+, 7000+)
 SLOTS = 100  # listen/server port pairs from those bases; each row of each round has its own
@@ -104,12 +111,23 @@ def client(addr, nbytes, seed):
 
 # --- run by bench/run --------------------------------------------------------------------------
 
-def attach_loss(bench, topo, percent):
-    """xdpfwd-lossy on both namespaces' veths; returns the two processes (stop_loss ends them)."""
+def level_name(percent, kind):
+    """A level's name in the table, logs and file names: "3%", "3% burst"."""
+    return f"{percent}%" + (" burst" if kind == "burst" else "")
+
+
+def level_file(percent, kind):
+    return f"loss{percent}" + ("-burst" if kind == "burst" else "")
+
+
+def attach_loss(bench, topo, percent, kind="segment"):
+    """xdpfwd-lossy on both namespaces' veths, native mode for "segment", generic for "burst";
+    returns the two processes (stop_loss ends them)."""
     procs = []
+    mode = ["generic"] if kind == "burst" else []
     for ns in (topo.cns, topo.sns):
         p = subprocess.Popen(["ip", "netns", "exec", ns, bench.args.lossy, "eth0",
-                              str(percent * 10_000)], stdin=subprocess.PIPE,
+                              str(percent * 10_000), *mode], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         line = p.stdout.readline()
@@ -120,24 +138,28 @@ def attach_loss(bench, topo, percent):
 
 
 def stop_loss(procs):
-    """Detaches (closing stdin ends xdpfwd-lossy); returns the frames dropped, both sides."""
-    dropped = 0
+    """Detaches (closing stdin ends xdpfwd-lossy); returns the frames and bytes dropped, both
+    sides."""
+    dropped = dropped_bytes = 0
     for p in procs:
         try:
             out, _ = p.communicate(timeout=10)
-            dropped += json.loads(out.strip().splitlines()[-1]).get("dropped", 0)
+            counts = json.loads(out.strip().splitlines()[-1])
+            dropped += counts.get("dropped", 0)
+            dropped_bytes += counts.get("dropped_bytes", 0)
         except (subprocess.TimeoutExpired, ValueError, IndexError):
             p.kill()
             p.wait()
-    return dropped
+    return dropped, dropped_bytes
 
 
-def transfer(bench, topo, config, slot, percent, nbytes, logdir):
-    """One row: returns {"seconds", "upload_s", "download_s", "dropped", "error"?, ...}."""
+def transfer(bench, topo, config, slot, percent, kind, nbytes, logdir):
+    """One row: returns {"seconds", "upload_s", "download_s", "dropped", "dropped_bytes",
+    "error"?, ...}."""
     me = os.path.abspath(__file__)
     listen, server = LISTEN_BASE + slot, SERVER_BASE + slot
     seed_up, seed_down = 1000 + slot, 2000 + slot
-    row = {"loss": percent, "bytes": nbytes}
+    row = {"loss": percent, "kind": kind, "topology": topo.kind, "bytes": nbytes}
     srv = subprocess.Popen(bench.netns(topo.sns, [sys.executable, me, "serve",
                                                   f"{topo.server}:{server}", str(nbytes),
                                                   str(seed_down)]),
@@ -147,7 +169,7 @@ def transfer(bench, topo, config, slot, percent, nbytes, logdir):
     try:
         if srv.stdout.readline().strip() != "listening":
             raise RuntimeError("the transfer's server did not start")
-        loss = attach_loss(bench, topo, percent)
+        loss = attach_loss(bench, topo, percent, kind)
         cli = subprocess.Popen(bench.netns(topo.cns, [sys.executable, me, "client",
                                                       f"{topo.client_gw}:{listen}", str(nbytes),
                                                       str(seed_up)]),
@@ -176,7 +198,7 @@ def transfer(bench, topo, config, slot, percent, nbytes, logdir):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-        row["dropped"] = stop_loss(loss)
+        row["dropped"], row["dropped_bytes"] = stop_loss(loss)
         stats = None
         try:
             stats = config.stats()
@@ -184,14 +206,14 @@ def transfer(bench, topo, config, slot, percent, nbytes, logdir):
             pass
         if stats:
             row["retransmits"] = stats.get("retransmits")
-        with open(os.path.join(logdir, f"{config.name}-loss{percent}.json"), "w") as f:
+        with open(os.path.join(logdir, f"{config.name}-{level_file(percent, kind)}.json"), "w") as f:
             json.dump(row, f)
     return row
 
 
 def max_rounds(configs):
     """The most rounds whose rows all get ports of their own (a port pair per row)."""
-    return SLOTS // (len(configs) * len(LOSS_PERCENT))
+    return SLOTS // (len(configs) * len(LEVELS))
 
 
 def measure_loss(bench, topo, configs, logdir, log, rounds=1):
@@ -202,7 +224,7 @@ def measure_loss(bench, topo, configs, logdir, log, rounds=1):
     if not 1 <= rounds <= max_rounds(configs):
         raise ValueError(f"loss rounds must be 1 to {max_rounds(configs)}, not {rounds}")
     results = {config.name: [] for config in configs}
-    n = len(LOSS_PERCENT)
+    n = len(LEVELS)
     for r in range(rounds):
         rounddir = os.path.join(logdir, f"round{r + 1}")
         os.makedirs(rounddir, exist_ok=True)
@@ -213,15 +235,17 @@ def measure_loss(bench, topo, configs, logdir, log, rounds=1):
             results[config.name].append(rows)
             try:
                 config.start(topo, rounddir)
-                for i, percent in enumerate(LOSS_PERCENT):
-                    log(f"loss round {r + 1}/{rounds}: {config.name}, {percent}% loss, "
+                for i, (percent, kind) in enumerate(LEVELS):
+                    name = level_name(percent, kind)
+                    log(f"loss round {r + 1}/{rounds}: {config.name}, {name} loss, "
                         f"{bench.args.loss_mib} MiB each way")
-                    row = transfer(bench, topo, config, first + i, percent,
+                    row = transfer(bench, topo, config, first + i, percent, kind,
                                    bench.args.loss_mib << 20, rounddir)
-                    log(f"loss round {r + 1}/{rounds}: {config.name} {percent}%: " +
+                    log(f"loss round {r + 1}/{rounds}: {config.name} {name}: " +
                         (f"FAILED: {row['error']}" if "error" in row else
                          f"{row['seconds']:.2f} s (upload {row['upload_s']:.2f}, download "
-                         f"{row['download_s']:.2f}), {row['dropped']} frames dropped"))
+                         f"{row['download_s']:.2f}), {row['dropped']} frames "
+                         f"({row['dropped_bytes']:,} bytes) dropped"))
                     rows.append(row)
             except Exception as e:
                 log(f"loss round {r + 1}/{rounds}: {config.name}: FAILED: {e}")
@@ -237,7 +261,7 @@ class LossPorts:
 
     def __init__(self, first):
         self.pairs = [(LISTEN_BASE + first + i, SERVER_BASE + first + i)
-                      for i in range(len(LOSS_PERCENT))]
+                      for i in range(len(LEVELS))]
 
     def rules(self):
         return self.pairs

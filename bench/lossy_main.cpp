@@ -1,7 +1,11 @@
 // xdpfwd-lossy: the loss injector (xdp/lossy.bpf.c) on one interface, for the benchmark's loss
-// rows. Run inside the namespace that owns the interface (`ip netns exec NS xdpfwd-lossy IF N`);
-// holds the program until SIGINT/SIGTERM or its standard input closes, then detaches it and
-// prints what it dropped and passed as one JSON line.
+// rows. Run inside the namespace that owns the interface (`ip netns exec NS xdpfwd-lossy IF N
+// [generic]`); holds the program until SIGINT/SIGTERM or its standard input closes, then
+// detaches it and prints what it dropped and passed as one JSON line.
+//
+// Native mode (the default) on a veth takes TSO from its peer, so the sender's segments arrive
+// one by one and a drop takes one. Generic mode leaves the peer its TSO: a GSO packet arrives
+// whole and a drop takes all its segments, as a full switch queue drops a burst.
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
@@ -57,10 +61,12 @@ void WaitForStop() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: xdpfwd-lossy IFACE DROP_PER_MILLION\n");
+  const bool generic = argc == 4 && std::strcmp(argv[3], "generic") == 0;
+  if (argc != 3 && !generic) {
+    std::fprintf(stderr, "usage: xdpfwd-lossy IFACE DROP_PER_MILLION [generic]\n");
     return 2;
   }
+  const uint32_t mode = generic ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
   const std::string ifname = argv[1];
   const std::string rate = argv[2];
   const std::optional<uint32_t> parsed = xdpfwd::ParseDecimal<uint32_t>(rate, 0, 1'000'000);
@@ -85,8 +91,7 @@ int main(int argc, char** argv) {
     lossy__destroy(skel);
     return 1;
   }
-  const int err =
-      bpf_xdp_attach(ifindex, bpf_program__fd(skel->progs.lossy), XDP_FLAGS_DRV_MODE, nullptr);
+  const int err = bpf_xdp_attach(ifindex, bpf_program__fd(skel->progs.lossy), mode, nullptr);
   if (err != 0) {
     std::fprintf(stderr, "xdpfwd-lossy: attaching to %s: %s (another XDP program there?)\n",
                  ifname.c_str(), std::strerror(-err));
@@ -95,14 +100,17 @@ int main(int argc, char** argv) {
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  std::printf("attached %s %u\n", ifname.c_str(), per_million);
+  std::printf("attached %s %u %s\n", ifname.c_str(), per_million, generic ? "generic" : "native");
   std::fflush(stdout);
   WaitForStop();
   const uint64_t dropped = Counter(skel, LOSSY_DROPPED);
+  const uint64_t dropped_bytes = Counter(skel, LOSSY_DROPPED_BYTES);
   const uint64_t passed = Counter(skel, LOSSY_PASSED_TCP);
-  bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE, nullptr);
+  bpf_xdp_detach(ifindex, mode, nullptr);
   lossy__destroy(skel);
-  std::printf("{\"dropped\": %llu, \"passed_tcp\": %llu}\n",
-              static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(passed));
+  std::printf("{\"dropped\": %llu, \"dropped_bytes\": %llu, \"passed_tcp\": %llu}\n",
+              static_cast<unsigned long long>(dropped),
+              static_cast<unsigned long long>(dropped_bytes),
+              static_cast<unsigned long long>(passed));
   return 0;
 }

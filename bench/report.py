@@ -32,6 +32,26 @@ PROXY_RATE_TARGET = 0.95
 # p99 at most this many µs above, in the same run.
 RECORDER_RATIO_TARGET = 0.99
 RECORDER_P99_TARGET_US = 1.0
+# The topologies (bench/run's TOPOLOGIES) as the tables name them: what the namespace-side
+# veths do with the packets the peers receive.
+TOPOLOGY_LABEL = {
+    "plain": "plain veths",
+    "rps": "RPS to the load's CPU",
+    "gro-napi": "GRO + threaded NAPI",
+}
+TOPOLOGY_TEXT = {
+    "plain": "nothing set on the namespace-side veths: every path pays its receivers' work (the "
+             "peers' TCP) in softirq on the forwarder's core",
+    "rps": "rps_cpus on the namespace-side veths = the load generators' CPU: the receivers' "
+           "work leaves the forwarder's core for every path alike",
+    "gro-napi": "GRO, GRO fraglist and threaded NAPI on the namespace-side veths, the NAPI "
+                "threads on the load generators' CPU: only a packet socket's skbs (the fast "
+                "path's) are received off the forwarder's core, so it favours the fast path",
+}
+# The fair bulk targets (issue #34), fast path / kernel path on the same topology and run, per
+# MTU and stream count: with the receivers' work off the forwarder's core for every path (rps)
+# and on plain veths, where every path pays it on its own core.
+TOPOLOGY_TARGETS = {"rps": 1.0, "plain": 0.8}
 # The rows of the throughput-and-latency table, and the connection-rate table's.
 THROUGHPUT_ROWS = ("gbps_p1", "gbps_p8", "rr1", "rr64")
 RATE_ROWS = ("rate_server", "rate_client")
@@ -286,14 +306,56 @@ def idle_mem_cell(name, r):
     return f"{total:,.2f} ({r['idle_process_kib_per_conn']:,.2f} + {r['idle_kernel_kib_per_conn']:,.2f})"
 
 
-def markdown(results, configs, meta):
+def topology_table(mtu, main, by_topology, configs, meta):
+    """The bulk rows per topology at one MTU: each of the bulk tables' topologies (by_topology:
+    {kind: {configuration: row}}), then the main table's for the same configurations, each
+    with its fast path / kernel path ratio on the same topology."""
+    if not by_topology:
+        return []
+    names = [c.name for c in configs if any(c.name in by for by in by_topology.values())]
+    label = {c.name: c.label for c in configs}
+    out = ["", f"Bulk throughput per topology, MTU {mtu}: the same iperf3 rows ({meta['seconds']} "
+           "s each) on a topology set up for each table; every row's topology in results.json. "
+           + " ".join(f"{TOPOLOGY_LABEL[k]}: {TOPOLOGY_TEXT[k]}." for k in
+                      dict.fromkeys([*by_topology, meta.get("topology", "gro-napi")])) +
+           " Plain veths and RPS treat every path alike and carry the bulk targets; GRO + "
+           "threaded NAPI favours the fast path.", "",
+           "| topology | configuration | iperf3 -P 1 Gbit/s | iperf3 -P 8 Gbit/s | against the "
+           "kernel path, -P 1 / -P 8 |", "|---|---|---|---|---|"]
+    tables = [*by_topology.items(), (meta.get("topology", "gro-napi"), main)]
+    for kind, by in tables:
+        kernel = by.get("xdpfwd-kernel", {})
+        for name in names:
+            r = by.get(name)
+            if r is None:
+                continue
+            ratios = []
+            for key in ("gbps_p1", "gbps_p8"):
+                a, b = r.get(key), kernel.get(key)
+                ratios.append(f"{a / b:.2f}×" if a is not None and b else "—")
+            ratio = " / ".join(ratios) if name != "xdpfwd-kernel" and kernel else "—"
+            if name == "xdpfwd-kernel":
+                ratio = "(reference)"
+            failed = "; ".join(f"{k}: {e}" for k, e in r.get("errors", {}).items())
+            out.append(f"| {TOPOLOGY_LABEL[kind]} | {label[name]} | {cell(r.get('gbps_p1'), 2)} "
+                       f"| {cell(r.get('gbps_p8'), 2)} | {ratio} |" +
+                       (f" FAILED: {failed}" if failed else ""))
+    return out
+
+
+def markdown(results, configs, meta, by_topology=None):
     out = [f"Run {meta['date']} on {meta['kernel']}, {meta['cpus']} CPUs; forwarder on CPU "
            f"{meta['fwd_cpu']}, load generators on CPU {meta['gen_cpu']}; {meta['seconds']} s per "
            f"measurement, {meta['rate_seconds']} s per connection-rate order. Command: "
            f"`{meta['command']}`", ""]
+    by_topology = by_topology or {}
     for mtu, by_cfg in results.items():
         shown = [c for c in configs if c.name in by_cfg]
+        kind = meta.get("topology", "gro-napi")
         out += [f"### MTU {mtu}", "",
+                f"Topology of the tables below: {TOPOLOGY_LABEL[kind]} ({TOPOLOGY_TEXT[kind]}). "
+                "The bulk rows on fair "
+                "topologies are in \"Bulk throughput per topology\".", "",
                 "| configuration | iperf3 -P 1 Gbit/s | iperf3 -P 8 Gbit/s | forwarder CPU s/GiB | "
                 "syscalls/MiB strace -P1; counted -P1 / -P8 | rr 1 conn p50 / p99 / p99.9 µs | rr 64 conns k exchanges/s, p50 / p99 µs |",
                 "|---|---|---|---|---|---|---|"]
@@ -309,6 +371,7 @@ def markdown(results, configs, meta):
                 f"{cell(r.get('syscalls_per_mib_counted_p8'))} | "
                 f"{cell(lat(r, 'rr1', 'p50'))} / {cell(lat(r, 'rr1', 'p99'))} / {cell(lat(r, 'rr1', 'p999'))} | "
                 f"{cell(rr64 / 1000 if rr64 else None)}, {cell(lat(r, 'rr64', 'p50'))} / {cell(lat(r, 'rr64', 'p99'))} |")
+        out += topology_table(mtu, by_cfg, by_topology.get(mtu, {}), configs, meta)
         out += ["", f"Connection rate, MTU {mtu}: {meta['rate_concurrency']} connections at a "
                 f"time, {meta['rate_seconds']} s per close order, one 32-byte exchange each. "
                 "Forwarder µs/connection: CPU time of its processes, plus (\"irq\") the "
@@ -401,7 +464,7 @@ def markdown(results, configs, meta):
         out.append("")
     if meta.get("notes"):
         out += ["Notes: " + " ".join(meta["notes"]), ""]
-    targets = target_rows(results)
+    targets = target_rows(results, by_topology, meta.get("topology", "gro-napi"))
     if targets:
         out += ["### Targets: the fast path against the kernel path (and against itself with "
                 "its access log on, a PROXY header to its backends and its flight recorder off), "
@@ -748,9 +811,30 @@ def derive(results):
             r["idle_baseline_subtracted"] = base is not None
 
 
-def target_rows(results):
+def topology_targets(mtu, by_topology):
+    """The fair bulk targets at one MTU: on each topology of TOPOLOGY_TARGETS that ran, the fast
+    path's -P 1 and -P 8 against the kernel path's on the same topology."""
+    rows = []
+    for kind, goal in TOPOLOGY_TARGETS.items():
+        by = by_topology.get(kind)
+        if not by or "xdpfwd-xdp" not in by or "xdpfwd-kernel" not in by:
+            continue  # --quick: the fast path alone
+        x, k = by["xdpfwd-xdp"], by["xdpfwd-kernel"]
+        for key, streams in (("gbps_p1", 1), ("gbps_p8", 8)):
+            row = f"{TOPOLOGY_LABEL[kind]}: iperf3 -P {streams} ≥ {goal}× kernel path"
+            a, b = x.get(key), k.get(key)
+            if a is None or not b:
+                rows.append((mtu, row, "not measured", None))
+            else:
+                rows.append((mtu, row, f"{a / b:.2f}× ({a:.2f} vs {b:.2f} Gbit/s)", a / b >= goal))
+    return rows
+
+
+def target_rows(results, by_topology=None, topology="gro-napi"):
     """(MTU, target, measured, met): met is True, False, or None when it was not measured."""
     rows = []
+    for mtu in (by_topology or {}):
+        rows += topology_targets(mtu, by_topology[mtu])
     for mtu, by in results.items():
         x, k, d = by.get("xdpfwd-xdp"), by.get("xdpfwd-kernel"), by.get("direct")
         if not x or not k:
@@ -765,8 +849,9 @@ def target_rows(results):
             rows.append((mtu, row, f"{v:.2f}×", v >= goal if higher else v <= goal))
 
         goal = 1.5 if big else 1.0
-        ratio(f"iperf3 -P 1 ≥ {goal}× kernel path", x.get("gbps_p1"), k.get("gbps_p1"), goal)
-        ratio(f"iperf3 -P 8 ≥ {goal}× kernel path", x.get("gbps_p8"), k.get("gbps_p8"), goal)
+        on = TOPOLOGY_LABEL[topology]
+        ratio(f"{on}: iperf3 -P 1 ≥ {goal}× kernel path", x.get("gbps_p1"), k.get("gbps_p1"), goal)
+        ratio(f"{on}: iperf3 -P 8 ≥ {goal}× kernel path", x.get("gbps_p8"), k.get("gbps_p8"), goal)
         for order in CLOSE_ORDERS:
             key, when = f"rate_{order}", CLOSE_LABEL[order]
             fx, fk = failed_of(x, key)[0], failed_of(k, key)[0]
@@ -837,7 +922,7 @@ def target_rows(results):
         rows += proxy_targets(mtu, by)
         rows += recorder_targets(mtu, by)
         rows += churn_targets(mtu, by)
-    mtus = list(results)
+    mtus = list(results) + [m for m in (by_topology or {}) if m not in results]
     rows.sort(key=lambda t: mtus.index(t[0]))
     return rows
 
@@ -1059,14 +1144,15 @@ def publish(table, png, meta):
     log(f"updated {doc}")
 
 
-def loss_table(results, percents, target, fast="xdpfwd-xdp", kernel="xdpfwd-kernel"):
+def loss_table(results, levels, target, fast="xdpfwd-xdp", kernel="xdpfwd-kernel"):
     """bench/loss.py's rounds ({config: [[row per level] per round]}) as Markdown: per loss
     level, each path's median time over the rounds (with the range and the median upload and
     download), each round's ratio (fast path time / kernel path time: a round's two rows ran
     minutes apart at most, so they are compared with each other), the median of those ratios
     and the verdict on it against `target`; and whether a transfer failed in any round (not
     finished in time, bytes or hashes wrong), which fails the run. A missed target does not, as
-    for bench/run's other targets."""
+    for bench/run's other targets. `levels`: (name, percent) per row of a round, in order; under
+    the table, the bytes one drop took per level and path (a burst's: a whole GSO packet)."""
     fr, kr = results.get(fast, []), results.get(kernel, [])
     rounds = max(len(fr), len(kr))
 
@@ -1083,7 +1169,8 @@ def loss_table(results, percents, target, fast="xdpfwd-xdp", kernel="xdpfwd-kern
     lines = [f"| loss | kernel path | fast path | ratio per round | median ratio | "
              f"target ≤ {target}x |", "|---|---|---|---|---|---|"]
     failed = False
-    for i, percent in enumerate(percents):
+    per_drop = []
+    for i, (name, percent) in enumerate(levels):
         ks = [row(kr, r, i) for r in range(rounds)]
         fs = [row(fr, r, i) for r in range(rounds)]
         errors = [f"round {r + 1} {name}: {x['error']}" for r in range(rounds)
@@ -1091,17 +1178,30 @@ def loss_table(results, percents, target, fast="xdpfwd-xdp", kernel="xdpfwd-kern
         if errors or not rounds:
             failed = True
             why = "; ".join(errors) or "not measured"
-            lines.append(f"| {percent}% | FAILED ({why}) | | - | - | **FAILED** |")
+            lines.append(f"| {name} | FAILED ({why}) | | - | - | **FAILED** |")
             continue
         ratios = [f["seconds"] / k["seconds"] for f, k in zip(fs, ks)]
         median = statistics.median(ratios)
         verdict = "met" if median <= target else "**missed**"
         if percent == 0:  # the target is for loss; without it the row is the reference
             verdict = "(reference)"
-        lines.append(f"| {percent}% | {cell(ks)} | {cell(fs)} | "
+        lines.append(f"| {name} | {cell(ks)} | {cell(fs)} | "
                      f"{', '.join(f'{x:.2f}x' for x in ratios)} | {median:.2f}x | {verdict} |")
+        took = []
+        for who, rows in (("kernel path", ks), ("fast path", fs)):
+            sizes = [x["dropped_bytes"] / x["dropped"] for x in rows
+                     if x.get("dropped") and x.get("dropped_bytes") is not None]
+            if sizes:
+                took.append(f"{who} {statistics.median(sizes):,.0f} "
+                            f"({sum(x['dropped'] for x in rows):,} drops)")
+        if took:
+            per_drop.append(f"{name}: " + ", ".join(took))
     lines.append(f"\n{rounds} round{'s' if rounds != 1 else ''}, each both paths at every level "
                  "(one forwarder start per path and round); times are medians over the rounds "
                  "(range; median upload / download), the target is judged on the median of the "
                  "rounds' ratios.")
+    if per_drop:
+        lines.append("\nBytes one drop took (median over the rounds; frames as the peer "
+                     "received them, so a burst's is a whole GSO packet), and the drops in all "
+                     "rounds: " + "; ".join(per_drop) + ".")
     return "\n".join(lines) + "\n", failed

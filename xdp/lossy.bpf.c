@@ -2,7 +2,8 @@
 /* Loss injector for tests: drops a configured share of IPv4 TCP packets
  * arriving on the interface it is attached to. This kernel has no netem, so the
  * relay's loss tests put this on a veth instead. Everything that is not IPv4
- * TCP (ARP above all) always passes. */
+ * TCP (ARP above all) always passes. Attached in generic mode it sees a GSO
+ * packet whole, so one drop takes all its segments (a burst). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -22,12 +23,17 @@ struct {
 	__type(value, __u64);
 } lossy_counters SEC(".maps");
 
-static __always_inline void count(__u32 which)
+static __always_inline void add(__u32 which, __u64 amount)
 {
 	__u64 *n = bpf_map_lookup_elem(&lossy_counters, &which);
 
 	if (n)
-		*n += 1;
+		*n += amount;
+}
+
+static __always_inline void count(__u32 which)
+{
+	add(which, 1);
 }
 
 static __always_inline int is_ipv4_tcp(void *data, void *data_end)
@@ -53,6 +59,7 @@ int lossy(struct xdp_md *ctx)
 	}
 	if (bpf_get_prandom_u32() % 1000000 < drop_per_million) {
 		count(LOSSY_DROPPED);
+		add(LOSSY_DROPPED_BYTES, data_end - data);
 		return XDP_DROP;
 	}
 	count(LOSSY_PASSED_TCP);

@@ -6,7 +6,10 @@ enum lossy_counter {
   LOSSY_PASSED_TCP = 0,
   LOSSY_DROPPED = 1,
   LOSSY_PASSED_OTHER = 2,
-  LOSSY_NR_COUNTERS = 3,
+  // Bytes of the dropped frames: in generic mode a frame is a whole GSO packet (the benchmark's
+  // burst-loss rows), so bytes over drops says how many segments one drop took.
+  LOSSY_DROPPED_BYTES = 3,
+  LOSSY_NR_COUNTERS = 4,
 };
 
 #endif

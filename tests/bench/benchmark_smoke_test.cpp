@@ -8,7 +8,8 @@
 // only), its servers reading one valid header per connection. The fast path with its flight
 // recorder off (xdpfwd-xdp-norec) and watched (xdpfwd-xdp-watched:
 // 10,000 idle connections held, /metrics and show sess 10 times a second), each in its table
-// against xdpfwd-xdp.
+// against xdpfwd-xdp. The fast path's bulk rows once more on each fair topology (plain veths,
+// RPS to the load's CPU), one short row each, beside its row of the main table's topology.
 // And the loss rows (`bench/run --loss-only`), which run in rounds and judge the median of the
 // rounds' ratios; and the churn rows (one of three backends killed and restarted), briefly. Each
 // run has its own namespaces, interface names and subnets, so it cannot meet another run's.
@@ -136,6 +137,24 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   for (const char* field :
        {"\"verified_close\"", "\"connections_total\"", "\"rate_client\"", "\"us_per_conn\""}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " missing from results.json";
+  }
+  // The bulk rows per topology: in --quick the fast path alone on plain veths and on RPS to the
+  // load's CPU (each topology set up for its table), then the main table's (GRO + threaded
+  // NAPI); each with both throughputs, and its topology in results.json.
+  for (const std::string topology :
+       {"plain veths", "RPS to the load's CPU", "GRO + threaded NAPI"}) {
+    const auto rows = RowsFor(table, topology);
+    ASSERT_EQ(rows.size(), 1u) << topology << " missing from the per-topology table:\n" << table;
+    const auto cells = Cells(rows[0]);
+    ASSERT_EQ(cells.size(), 5u) << rows[0];
+    EXPECT_EQ(cells[1], "xdpfwd --path xdp") << rows[0];
+    EXPECT_NE(cells[2], "—") << "no -P 1 figure: " << rows[0];
+    EXPECT_NE(cells[3], "—") << "no -P 8 figure: " << rows[0];
+    EXPECT_EQ(rows[0].find("FAILED"), std::string::npos) << rows[0];
+  }
+  for (const char* topology : {"plain", "rps", "gro-napi"}) {
+    EXPECT_NE(json.find("\"topology\": \"" + std::string(topology) + "\""), std::string::npos)
+        << topology << ": no row of that topology in results.json";
   }
   // The rate tests' ports (listen -> server) of the configurations seen so far: what one
   // configuration leaves in TIME_WAIT must not meet the next one's connections.
@@ -272,9 +291,10 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   std::filesystem::remove_all(out);
 }
 
-// The loss rows in two rounds of a small transfer: each level shows both rounds' ratios and their
-// median, each round's rows and forwarder logs are kept apart, and a round count whose rows would
-// run out of ports of their own is refused before anything starts.
+// The loss rows in two rounds of a small transfer: each level (one segment a drop, and a whole GSO
+// packet a drop: burst) shows both rounds' ratios and their median, each round's rows and
+// forwarder logs are kept apart, and a round count whose rows would run out of ports of their
+// own is refused before anything starts.
 TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
   if (geteuid() != 0) GTEST_SKIP() << "the benchmark needs root";
   const std::filesystem::path out =
@@ -288,14 +308,14 @@ TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
       "--client-net", "198.18." + net, "--server-net", "198.19." + net,
       "--xdpfwd",     XDPFWD_BINARY,   "--lossy",      LOSSY_BINARY,
       "--out",        out.string(),    "--loss-mib",   "4"};
-  for (const char* rounds : {"0", "17"}) {
+  for (const char* rounds : {"0", "11"}) {
     std::vector<std::string> argv = common;
     argv.insert(argv.end(), {"--loss-rounds", rounds});
     ChildProcess refused(argv);
     const auto code = refused.Wait(30s);
     ASSERT_TRUE(code.has_value());
     EXPECT_NE(*code, 0) << "--loss-rounds " << rounds << " was taken:\n" << refused.output();
-    EXPECT_NE(refused.output().find("--loss-rounds must be 1 to 16"), std::string::npos)
+    EXPECT_NE(refused.output().find("--loss-rounds must be 1 to 10"), std::string::npos)
         << refused.output();
     EXPECT_FALSE(std::filesystem::exists(out / "results.md")) << "it ran with " << rounds;
   }
@@ -308,7 +328,8 @@ TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
   EXPECT_EQ(*code, 0) << run.output();
   const std::string table = ReadFile(out / "results.md");
   ASSERT_NE(table.find("## Loss"), std::string::npos) << "no loss table:\n" << run.output();
-  for (const std::string level : {"0%", "1%", "3%"}) {
+  ASSERT_NE(table.find("on plain veths"), std::string::npos) << "no topology named:\n" << table;
+  for (const std::string level : {"0%", "1%", "3%", "1% burst", "3% burst"}) {
     const auto rows = RowsFor(table, level);
     ASSERT_EQ(rows.size(), 1u) << level << " missing:\n" << table;
     const auto cells = Cells(rows[0]);
@@ -322,17 +343,21 @@ TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
     EXPECT_EQ(cells[5] == "(reference)", level == "0%") << rows[0];
   }
   EXPECT_NE(table.find("2 rounds"), std::string::npos) << table;
+  // What one drop took, per level and path, read from the loss injector's counters.
+  EXPECT_NE(table.find("Bytes one drop took"), std::string::npos) << table;
   // Every row of both rounds on both paths is in results.json, and each round kept its own logs.
   const std::string json = ReadFile(out / "results.json");
-  EXPECT_EQ(Count(json, "\"upload_s\""), 2u * 2u * 3u) << json;
+  EXPECT_EQ(Count(json, "\"upload_s\""), 2u * 2u * 5u) << json;
+  EXPECT_EQ(Count(json, "\"kind\": \"burst\""), 2u * 2u * 2u) << json;
   EXPECT_EQ(Count(json, "\"loss_rounds\": 2"), 1u) << json;
   for (const char* round : {"round1", "round2"}) {
     for (const char* path : {"xdpfwd-kernel", "xdpfwd-xdp"}) {
       EXPECT_TRUE(std::filesystem::exists(out / "loss" / round / (std::string(path) + ".log")))
           << round << " " << path;
-      EXPECT_TRUE(
-          std::filesystem::exists(out / "loss" / round / (std::string(path) + "-loss3.json")))
-          << round << " " << path;
+      for (const char* level : {"-loss3.json", "-loss3-burst.json"}) {
+        EXPECT_TRUE(std::filesystem::exists(out / "loss" / round / (std::string(path) + level)))
+            << round << " " << path << level;
+      }
     }
   }
   std::filesystem::remove_all(out);
