@@ -47,6 +47,8 @@ void xdpfwd_tcp_trace(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1);
 
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
+/* The same for IPv6 (LWIP_HOOK_IP6_ROUTE; lwIP asks it only for a global source). */
+struct netif* xdpfwd_route6_by_source(const ip6_addr_t* src, const ip6_addr_t* dest);
 
 #ifdef __cplusplus
 }
