@@ -316,18 +316,21 @@ bool PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
 void PacketTx::Flush() {
   if (batch_.empty()) return;
   batch_.Seal();  // again for frames kept from the last flush: it only rewrites their headers
-  sockaddr_ll to{};
-  to.sll_family = AF_PACKET;
-  to.sll_ifindex = ifindex_;
-  to.sll_protocol = htons(ETH_P_IP);
+  // The protocol becomes the skb's: GSO segments by it, so an IPv6 packet sent as ETH_P_IP
+  // was refused (ENOMEM for every GSO_TCPV6 packet, seen in LwipIpv6EchoTest/packet_socket).
+  sockaddr_ll to4{}, to6{};
+  to4.sll_family = to6.sll_family = AF_PACKET;
+  to4.sll_ifindex = to6.sll_ifindex = ifindex_;
+  to4.sll_protocol = htons(ETH_P_IP);
+  to6.sll_protocol = htons(ETH_P_IPV6);
   mmsghdr msgs[TxBatch::kMaxPackets];
   const uint32_t first = batch_.first_unsent();
   const uint32_t n = batch_.size();
   for (uint32_t i = first; i < n; ++i) {
     const auto iov = batch_.iovecs(i);
     msgs[i] = {};
-    msgs[i].msg_hdr.msg_name = &to;
-    msgs[i].msg_hdr.msg_namelen = sizeof(to);
+    msgs[i].msg_hdr.msg_name = batch_.ethertype(i) == ETH_P_IPV6 ? &to6 : &to4;
+    msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_ll);
     msgs[i].msg_hdr.msg_iov = const_cast<iovec*>(iov.data());
     msgs[i].msg_hdr.msg_iovlen = iov.size();
   }

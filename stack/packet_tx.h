@@ -130,6 +130,11 @@ class TxBatch {
   // Frame i's flow: a hash of its addresses and ports, never 0; 0 for a packet that is not TCP.
   uint32_t flow(uint32_t i) const { return flow_[i]; }
   bool bare_ack(uint32_t i) const { return bare_ack_[i]; }  // TCP, ACK flag alone, no payload
+  // Frame i's EtherType (host order): 0x0800 IPv4, 0x86dd IPv6.
+  uint16_t ethertype(uint32_t i) const {
+    const uint8_t* eth = bytes_.data() + at_[i];
+    return static_cast<uint16_t>(eth[12] << 8 | eth[13]);
+  }
   uint32_t pinned() const { return pinned_count_; }
 
  private:

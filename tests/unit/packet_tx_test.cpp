@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "stack/worker.h"
@@ -389,6 +392,41 @@ TEST_F(TxBatchTest, AFullBatchRefusesAndClearStartsAgain) {
   batch_.Clear();
   EXPECT_TRUE(batch_.empty());
   EXPECT_TRUE(Add(bare));
+}
+
+// The packet socket's destination protocol becomes the skb's, and the kernel segments a GSO
+// packet by it: an IPv6 packet leaves as ETH_P_IPV6, an IPv4 one as ETH_P_IP (with ETH_P_IP for
+// all, every GSO_TCPV6 packet was refused, ENOMEM, in LwipIpv6EchoTest/packet_socket).
+TEST(PacketTxFamilyTest, EachPacketLeavesWithItsOwnProtocol) {
+  InitLwipOnce();
+  std::vector<uint16_t> protocols;
+  auto tx = PacketTx::ForTest(
+      [&](mmsghdr* msgs, unsigned count) -> int {
+        for (unsigned i = 0; i < count; ++i) {
+          const auto* to = static_cast<const sockaddr_ll*>(msgs[i].msg_hdr.msg_name);
+          EXPECT_EQ(msgs[i].msg_hdr.msg_namelen, sizeof(sockaddr_ll));
+          protocols.push_back(ntohs(to->sll_protocol));
+        }
+        return static_cast<int>(count);
+      },
+      "test0");
+  constexpr uint8_t kEth6[14] = {2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd};
+  Segment v4;
+  Segment v6;
+  v6.ipv6 = true;
+  v6.sport = 40001;
+  for (const auto& [eth, segment] : {std::pair{&kEth, v4}, std::pair{&kEth6, v6}}) {
+    for (int k = 0; k < 2; ++k) {  // two segments of the flow: one GSO packet
+      Segment s = segment;
+      s.seq += static_cast<uint32_t>(k) * kMss;
+      pbuf* p = Build(s);
+      ASSERT_TRUE(tx->Queue(*eth, p));
+      pbuf_free(p);
+    }
+  }
+  tx->Flush();
+  EXPECT_EQ(protocols, (std::vector<uint16_t>{ETH_P_IP, ETH_P_IPV6}));
+  EXPECT_EQ(tx->stats().gso_packets, 2u);
 }
 
 // PacketTx::Flush when the kernel refuses a packet (stack/packet_tx.h). The kernel is replaced
