@@ -52,8 +52,11 @@ struct FastInterface {
   std::unique_ptr<LwipNetif> netif;
 
   void Open(const std::string& ifname, in_addr addr, bool packet_tx = false,
-            SmallBatchTx small_batches = SmallBatchTx::kPacket, const Ipv6Interface& ipv6 = {}) {
-    auto p = SteerProgram::Attach(ifname);
+            SmallBatchTx small_batches = SmallBatchTx::kPacket, const Ipv6Interface& ipv6 = {},
+            bool generic = false) {
+    SteerOptions so;
+    so.force_generic = generic;  // generic mode: the peer's TSO stays on, segments arrive whole
+    auto p = SteerProgram::Attach(ifname, so);
     ASSERT_TRUE(p) << p.error().message();
     prog = std::move(*p);
     XskPortConfig cfg;
@@ -284,10 +287,18 @@ uint64_t TcpChecksumErrors(const Topology& topo, const std::string& ns) {
 // packet socket with GSO_TCPV6. TX checksumming is off on the root-side veth, so the kernel
 // completes every checksum from the pseudo-header sum we wrote and the client's kernel
 // verifies it: 1 MiB each way arrives intact with no checksum error, at the MSS of the MTU.
-class LwipIpv6EchoTest : public LwipStackTest, public ::testing::WithParamInterface<bool> {};
+// In generic mode the client keeps its TSO and its 64 KiB segments arrive as chains of frames
+// (multi-buffer RX), as IPv4's do.
+struct Ipv6EchoCase {
+  const char* name;
+  bool packet_tx, generic;
+};
+class LwipIpv6EchoTest : public LwipStackTest,
+                         public ::testing::WithParamInterface<Ipv6EchoCase> {};
 
 TEST_P(LwipIpv6EchoTest, KernelClientOverIpv6GetsEveryByteBack) {
-  const bool packet_tx = GetParam();
+  const bool packet_tx = GetParam().packet_tx;
+  const bool generic = GetParam().generic;
   constexpr uint64_t kBytes = 1 << 20;
   Topology topo;
   for (const auto& [ns, cmd] : {
@@ -306,7 +317,8 @@ TEST_P(LwipIpv6EchoTest, KernelClientOverIpv6GetsEveryByteBack) {
   in6_addr served{};
   ASSERT_EQ(inet_pton(AF_INET6, "fd00:31:1::1", &served), 1);
   FastInterface client_side;
-  client_side.Open(topo.client_side_if(), topo.client_gw(), packet_tx, SmallBatchTx::kPacket, v6);
+  client_side.Open(topo.client_side_if(), topo.client_gw(), packet_tx, SmallBatchTx::kPacket, v6,
+                   generic);
   if (HasFatalFailure()) return;
   ASSERT_TRUE(client_side.prog->AddListener(SteerAddress::V6(served), kEchoPort, 0));
 
@@ -356,11 +368,19 @@ TEST_P(LwipIpv6EchoTest, KernelClientOverIpv6GetsEveryByteBack) {
   } else {
     EXPECT_GT(client_side.port->stats().tx_checksum_offloaded, 0u);
   }
+  if (generic) {
+    EXPECT_EQ(client_side.prog->mode(), XdpMode::kGeneric);
+    EXPECT_GT(client_side.port->stats().rx_chains, 0u) << "no TSO segment arrived as a chain";
+    EXPECT_EQ(client_side.port->stats().rx_chains_dropped, 0u);
+  }
   client_side.ExpectEverythingReturned();
 }
 
-INSTANTIATE_TEST_SUITE_P(TxPaths, LwipIpv6EchoTest, ::testing::Values(false, true),
-                         [](const auto& p) { return p.param ? "packet_socket" : "af_xdp"; });
+INSTANTIATE_TEST_SUITE_P(Modes, LwipIpv6EchoTest,
+                         ::testing::Values(Ipv6EchoCase{"af_xdp", false, false},
+                                           Ipv6EchoCase{"packet_socket", true, false},
+                                           Ipv6EchoCase{"generic_chains", false, true}),
+                         [](const auto& p) { return std::string(p.param.name); });
 
 // lwIP opens a connection to a kernel server: the backend leg's flow entry goes in before the
 // SYN leaves, and the server's reply comes back through the steering program.
