@@ -87,8 +87,11 @@ inline const char* StateName(uint8_t state) {
 
 // Ends a TIME_WAIT at lwIP's next slow-timer tick (TCP_SLOW_INTERVAL) instead of 2 * MSL from
 // now, by backdating the pcb's timer: lwIP itself frees it then, so no pointer to it is kept.
+// lwIP files a TIME_WAIT pcb by the tick it expires at (our patch 0037): tcp_tw_refile moves it
+// to the next tick's bucket (without, it would wait out the 2 * MSL it was filed for).
 inline void ShortenTimeWait(tcp_pcb* pcb) {
   pcb->tmr = tcp_ticks - 2 * TCP_MSL / TCP_SLOW_INTERVAL - 1;
+  tcp_tw_refile(pcb);
 }
 
 // Hands a finished pcb back to lwIP. In TIME_WAIT (this side closed first, and the peer's FIN

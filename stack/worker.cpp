@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "os/clock.h"
+#include "stack/lwip/ack_hold/ooseq_ack_hold.h"
 #include "xdpfwd_lwip_hooks.h"
 
 extern "C" {
@@ -53,7 +54,8 @@ bool Worker::RunOnce() {
   // timer list's head.
   const bool timers_due = sys_timeouts_sleeptime() == 0;
   sys_check_timeouts();
-  // Held out-of-order ACKs from the iteration before (lwIP patch 0033) join this one's TX.
+  // Held out-of-order ACKs from the iteration before (stack/lwip/ack_hold/, behind lwIP patch
+  // 0033) join this one's TX.
   tcp_ooseq_ack_release();
   for (LwipNetif* n : netifs_) {
     n->FlushTx();

@@ -97,10 +97,6 @@
 /* tcp_write_ref (patch 0032): the relay sends received data without copying it, lwIP's send
  * queue holding a reference on the frame it arrived in until the data is acknowledged. */
 #define TCP_WRITE_REF 1
-/* tcp_ooseq_ack_release (patch 0033): the ACK of out-of-order data waits one round of input
- * while tcp_ooseq_ack_hold is set (the worker's --tune ooseq-ack), so a segment that was only
- * late does not make a SACK peer resend it. */
-#define TCP_OOSEQ_ACK_HOLD 1
 /* One pcb's share of that pool: a whole window (TCP_WND) of full-sized segments at MTU 1500
  * (718, a buffer each), so an honest sender never loses queued data to it (a limit of 256 made
  * the wire tests' 400-segment flights resend what lay above 256); what it bounds is a window
@@ -149,9 +145,11 @@
  * TCP_TMR_INTERVAL: 250 ms by default, far too coarse for a relay on a LAN. With our patch 0003
  * it visits only pcbs with such work, so 10 ms costs nothing per idle connection. */
 #define TCP_TMR_INTERVAL 10
-/* The slow timer (RTO, persist, keepalive, FIN_WAIT_2/TIME_WAIT expiry) still visits every
- * active pcb: every 100 ms rather than every 20, so 100,000 connections cost ten walks a second.
- * It is also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
+/* The slow timer (RTO, persist, keepalive, FIN_WAIT_2/TIME_WAIT expiry) runs every 100 ms
+ * rather than every 20. It visits each active pcb that has slow-timer work once per interval, a
+ * tenth of them per fast tick (our patches 0030, 0035: an idle established pcb costs nothing),
+ * and frees TIME_WAIT pcbs from buckets by expiry tick without walking the others (0037). It is
+ * also the RTO's grain; Linux's minimum RTO is 200 ms. (Patch 0003 lets it differ from
  * 2 * TCP_TMR_INTERVAL.) */
 #define TCP_SLOW_INTERVAL 100
 /* Retransmission timeout, RFC 6298 with Linux's floor (our patch 0005): 1 s until a round trip
@@ -214,6 +212,16 @@
 /* A connection's TCP trouble (retransmission, RTO, fast recovery, zero windows; our patch 0036)
  * for the flight recorder. */
 #define LWIP_HOOK_TCP_TRACE(pcb, what, arg0, arg1) xdpfwd_tcp_trace((pcb), (what), (arg0), (arg1))
+/* The ACK of out-of-order data waits one round of input while tcp_ooseq_ack_hold is set (the
+ * worker's --tune ooseq-ack), so a segment that was only late does not make a SACK peer resend
+ * it: stack/lwip/ack_hold/ooseq_ack_hold.c, behind our patch 0033's hooks, with its list links
+ * in the pcb. */
+#define LWIP_HOOK_TCP_OOSEQ_ACK(pcb) xdpfwd_ooseq_ack_later(pcb)
+#define LWIP_HOOK_TCP_EMPTY_ACK_SENT(pcb) xdpfwd_ooseq_ack_cancel(pcb)
+#define LWIP_HOOK_TCP_PCB_PURGE(pcb) xdpfwd_ooseq_ack_cancel(pcb)
+#define LWIP_TCP_PCB_HOOK_STATE                      \
+  struct tcp_pcb *ooseq_ack_next, **ooseq_ack_pprev; \
+  u8_t ooseq_ack_round;
 
 /* ---- statistics: counters and leak checks read these ---- */
 #define LWIP_STATS 1

@@ -1,5 +1,6 @@
 /* Hooks lwIP calls into xdpfwd (see LWIP_HOOK_* in lwipopts.h). Included by lwIP's C files
- * and by C++; the definitions live in stack/lwip_hooks.cpp. */
+ * and by C++; the definitions live in stack/lwip_hooks.cpp, the out-of-order ACK hold's in
+ * stack/lwip/ack_hold/ooseq_ack_hold.c. */
 #ifndef XDPFWD_LWIP_HOOKS_H
 #define XDPFWD_LWIP_HOOKS_H
 
@@ -44,6 +45,13 @@ const struct tcp_cc_ops* xdpfwd_tcp_cc_default(void);
 typedef void (*xdpfwd_tcp_trace_fn)(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1);
 void xdpfwd_lwip_set_tcp_trace(xdpfwd_tcp_trace_fn fn);
 void xdpfwd_tcp_trace(struct tcp_pcb* pcb, u8_t what, u32_t arg0, u32_t arg1);
+
+/* The out-of-order ACK hold (our patch 0033's hooks; what the worker calls is in
+ * stack/lwip/ack_hold/ooseq_ack_hold.h). later: lwIP would ACK an out-of-order segment at once;
+ * 1 if the hold takes the pcb on to send that ACK a round later, 0 to send it now. cancel: an
+ * empty ACK went out, or the pcb is purged or freed; it leaves the hold's list. */
+u8_t xdpfwd_ooseq_ack_later(struct tcp_pcb* pcb);
+void xdpfwd_ooseq_ack_cancel(struct tcp_pcb* pcb);
 
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);

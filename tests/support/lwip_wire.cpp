@@ -10,6 +10,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "stack/lwip/ack_hold/ooseq_ack_hold.h"
 #include "stack/lwip_pcb.h"
 #include "stack/worker.h"
 #include "xdpfwd_lwip_hooks.h"

@@ -2,7 +2,7 @@
 // other tests run. The segment size follows the MTU less IPv6's 40-byte header, every segment's
 // checksum covers RFC 8200's pseudo-header (checked here with os/inet_checksum.h, not lwIP's own
 // code), a segment whose checksum is wrong is dropped, and IPv6 pcbs spread over the 4-tuple
-// hash however alike their addresses (lwIP patch 0037).
+// hash however alike their addresses (lwIP patch 0038).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -152,7 +152,7 @@ TEST_F(LwipIpv6Test, AnIpv4ConnectionRunsBesideItOnTheSameNetifs) {
   }
 }
 
-// Patch 0037: 512 IPv6 connections from peers of one /64 that differ only in their interface
+// Patch 0038: 512 IPv6 connections from peers of one /64 that differ only in their interface
 // identifiers, all to one port: before, the hash took each address's first word (the prefix,
 // the same for all) and put every pcb in one chain.
 TEST_F(LwipIpv6Test, PeersOfOnePrefixSpreadOverThePcbHash) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "stack/lwip/ack_hold/ooseq_ack_hold.h"
 #include "stack/lwip_pcb.h"
 #include "tests/support/lwip_wire.h"
 
