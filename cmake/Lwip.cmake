@@ -1,6 +1,7 @@
 # lwIP core as a static library from Debian's source package (fetched by scripts/setup):
-# core + IPv4 + netif/ethernet.c, NO_SYS=1, configured by stack/lwip/lwipopts.h. lwIP's own
-# Filelists.cmake is not used: it writes into the source tree and pulls in Doxygen.
+# core + IPv4 + IPv6 (its ND and MLD off in lwipopts.h) + netif/ethernet.c, NO_SYS=1,
+# configured by stack/lwip/lwipopts.h. lwIP's own Filelists.cmake is not used: it writes into
+# the source tree and pulls in Doxygen.
 set(_lwip "${XDPFWD_LWIP_DIR}")
 if(NOT EXISTS "${_lwip}/src/core/tcp_in.c")
   message(FATAL_ERROR
@@ -14,6 +15,7 @@ set(_lwip_core
   core/init.c core/def.c core/inet_chksum.c core/ip.c core/mem.c core/memp.c core/netif.c
   core/pbuf.c core/stats.c core/sys.c core/timeouts.c core/tcp.c core/tcp_in.c core/tcp_out.c
   core/ipv4/ip4.c core/ipv4/ip4_addr.c core/ipv4/ip4_frag.c core/ipv4/icmp.c
+  core/ipv6/ip6.c core/ipv6/ip6_addr.c core/ipv6/nd6.c core/ipv6/icmp6.c core/ipv6/inet6.c
   netif/ethernet.c)
 list(TRANSFORM _lwip_core PREPEND "${_lwip}/src/")
 

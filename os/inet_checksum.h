@@ -1,5 +1,6 @@
 // The Internet checksum (RFC 1071) written once: the transmit path's IPv4 header checksum and
-// TCP pseudo-header sum (stack/packet_tx.cpp) and the tests' packet builder and checks use it.
+// TCP pseudo-header sums of both families (stack/packet_tx.cpp, stack/lwip_netif.cpp) and the
+// tests' packet builder and checks use it.
 // (The steering program, a BPF object, cannot include C++; it checks no checksum.)
 #pragma once
 
@@ -32,6 +33,13 @@ inline uint16_t InetChecksum(const uint8_t* data, size_t len, uint32_t sum = 0) 
 // destination addresses, protocol and the transport length.
 inline uint32_t Ipv4PseudoHeaderSum(const uint8_t* ip, uint8_t protocol, uint32_t length) {
   return InetSum(ip + 12, 8, uint32_t{protocol} + length);
+}
+
+// The same for an IPv6 packet whose fixed header starts at `ip` (RFC 8200 section 8.1): source
+// and destination addresses (bytes 8-39), the upper-layer length as 32 bits and the next
+// header, which for TCP follows the fixed header directly (lwIP sends no extension headers).
+inline uint32_t Ipv6PseudoHeaderSum(const uint8_t* ip, uint8_t next_header, uint32_t length) {
+  return InetSum(ip + 8, 32, uint32_t{next_header} + (length >> 16) + (length & 0xffff));
 }
 
 }  // namespace xdpfwd

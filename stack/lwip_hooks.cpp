@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "os/clock.h"
 #include "stack/siphash.h"
@@ -85,10 +86,21 @@ extern "C" u32_t sys_now(void) {
 
 extern "C" u32_t xdpfwd_tcp_isn(const ip_addr_t* local_ip, u16_t local_port,
                                 const ip_addr_t* remote_ip, u16_t remote_port) {
-  const uint64_t addrs = (uint64_t{ip4_addr_get_u32(local_ip)} << 32) | ip4_addr_get_u32(remote_ip);
   const uint64_t ports = (uint64_t{local_port} << 16) | remote_port;
   // RFC 6528's M: a timer ticking every 4 microseconds.
   const uint64_t ticks = xdpfwd::MonotonicNs() / 4000u;
+  if (IP_IS_V6(local_ip)) {
+    // 36 bytes of tuple through a 16-byte hash: chained, each step keyed, so that every bit
+    // of both addresses counts (RFC 6528's F over the whole 4-tuple).
+    uint64_t l[2], r[2];
+    std::memcpy(l, ip_2_ip6(local_ip)->addr, sizeof(l));
+    std::memcpy(r, ip_2_ip6(remote_ip)->addr, sizeof(r));
+    uint64_t h = xdpfwd::SipHash24(IsnKey(), l[0], l[1]);
+    h = xdpfwd::SipHash24(IsnKey(), h ^ r[0], r[1]);
+    return static_cast<u32_t>(ticks + xdpfwd::SipHash24(IsnKey(), h, ports));
+  }
+  const uint64_t addrs = (uint64_t{ip4_addr_get_u32(ip_2_ip4(local_ip))} << 32) |
+                         ip4_addr_get_u32(ip_2_ip4(remote_ip));
   return static_cast<u32_t>(ticks + xdpfwd::SipHash24(IsnKey(), addrs, ports));
 }
 
@@ -97,6 +109,18 @@ extern "C" struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4
   struct netif* nif;
   NETIF_FOREACH(nif) {
     if (netif_is_up(nif) && ip4_addr_cmp(netif_ip4_addr(nif), src)) return nif;
+  }
+  return nullptr;
+}
+
+extern "C" struct netif* xdpfwd_route6_by_source(const ip6_addr_t* src, const ip6_addr_t*) {
+  if (src == nullptr || ip6_addr_isany(src)) return nullptr;
+  struct netif* nif;
+  NETIF_FOREACH(nif) {
+    if (netif_is_up(nif) && ip6_addr_isvalid(netif_ip6_addr_state(nif, 0)) &&
+        ip6_addr_cmp(netif_ip6_addr(nif, 0), src)) {
+      return nif;
+    }
   }
   return nullptr;
 }

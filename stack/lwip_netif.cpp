@@ -8,11 +8,15 @@
 
 #include "os/clock.h"
 #include "os/endpoint.h"
+#include "os/inet_checksum.h"
 #include "xdp/rx_meta.h"
 
 extern "C" {
 #include "lwip/inet_chksum.h"
+#include "lwip/ip.h"
 #include "lwip/ip4.h"
+#include "lwip/ip6.h"
+#include "lwip/ip6_addr.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
 #include "lwip/priv/tcp_priv.h"
@@ -31,12 +35,38 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname) {
 namespace {
 
 constexpr uint32_t kTcpChecksumAt = 16;  // offset of the checksum in the TCP header
+constexpr uint32_t kIpv6Header = 40;     // lwIP sends no extension headers
 
-void WriteEthernetHeader(uint8_t* d, const MacAddress& to, const MacAddress& from) {
+void WriteEthernetHeader(uint8_t* d, const MacAddress& to, const MacAddress& from, bool ipv6) {
   std::memcpy(d, to.data(), 6);
   std::memcpy(d + 6, from.data(), 6);
-  d[12] = 0x08;  // IPv4
-  d[13] = 0x00;
+  d[12] = ipv6 ? 0x86 : 0x08;  // 0x86dd IPv6, 0x0800 IPv4
+  d[13] = ipv6 ? 0xdd : 0x00;
+}
+
+// An IPv4 (0x0800) or IPv6 (0x86dd) frame, by its EtherType.
+bool IsIpFrame(const uint8_t* frame) {
+  return (frame[12] == 0x08 && frame[13] == 0x00) || (frame[12] == 0x86 && frame[13] == 0xdd);
+}
+
+// Where the TCP header of lwIP's packet `ip` starts, or 0 when it is not TCP (lwIP sends TCP
+// only, but the packet is read, not assumed).
+uint32_t TcpHeaderAt(const uint8_t* ip, bool ipv6) {
+  if (ipv6) return ip[6] == IPPROTO_TCP ? kIpv6Header : 0;
+  return ip[9] == IPPROTO_TCP ? (ip[0] & 0x0fu) * 4 : 0;
+}
+
+// The pseudo-header sum of lwIP's TCP packet, folded, into its checksum field: what Linux's
+// TCP leaves there for a device that completes the checksum (TX metadata, CHECKSUM_PARTIAL).
+void WriteTcpPseudoHeaderSum(uint8_t* ip, bool ipv6, uint32_t ip_len) {
+  if (!ipv6) {
+    const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+    WritePseudoHeaderSum(ip, ihl, ip_len - ihl);
+    return;
+  }
+  const uint16_t sum = InetFold(Ipv6PseudoHeaderSum(ip, IPPROTO_TCP, ip_len - kIpv6Header));
+  ip[kIpv6Header + kTcpChecksumAt] = static_cast<uint8_t>(sum >> 8);
+  ip[kIpv6Header + kTcpChecksumAt + 1] = static_cast<uint8_t>(sum);
 }
 
 }  // namespace
@@ -58,6 +88,7 @@ struct LwipNetifCallbacks {
     std::memcpy(nif->hwaddr, self->config_.mac.data(), ETH_HWADDR_LEN);
     nif->flags = NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
     nif->output = Output;
+    nif->output_ip6 = Output6;
     // lwIP verifies IP header checksums everywhere (the kernel always completes them); TCP
     // checksums as the interface allows (see LwipNetifConfig::verify_tcp_checksum). With TX
     // checksum offload lwIP generates no TCP checksum: Output asks the kernel for it.
@@ -70,7 +101,6 @@ struct LwipNetifCallbacks {
 
   static err_t Output(struct netif* nif, struct pbuf* p, const ip4_addr_t* dest) {
     auto* self = static_cast<LwipNetif*>(nif->state);
-    const LwipNetifConfig& c = self->config_;
     in_addr destination{};
     destination.s_addr = ip4_addr_get_u32(dest);
     const auto mac = self->route_.Resolve(destination, sys_now());
@@ -78,45 +108,19 @@ struct LwipNetifCallbacks {
       ++self->stats_.tx_no_neighbor;
       return ERR_RTE;  // lwIP keeps the segment queued and sends it again later
     }
-    if (p->tot_len > c.mtu) {
-      ++self->stats_.tx_oversize;
-      return ERR_BUF;
+    return self->Transmit(p, *mac, false);
+  }
+
+  static err_t Output6(struct netif* nif, struct pbuf* p, const ip6_addr_t* dest) {
+    auto* self = static_cast<LwipNetif*>(nif->state);
+    in6_addr destination;
+    std::memcpy(&destination, dest->addr, sizeof(destination));
+    const auto mac = self->route_.Resolve(destination, sys_now());
+    if (!mac) {
+      ++self->stats_.tx_no_neighbor;
+      return ERR_RTE;
     }
-    if (self->packet_tx_) {
-      uint8_t eth[SIZEOF_ETH_HDR];
-      WriteEthernetHeader(eth, *mac, c.mac);
-      if (!self->packet_tx_->Queue(eth, p)) {
-        self->NoteRefused(p);
-        return ERR_MEM;  // refused packets fill the batch: lwIP keeps the segment for later
-      }
-      ++self->stats_.tx_frames;
-      return ERR_OK;
-    }
-    if (size_t{SIZEOF_ETH_HDR} + p->tot_len > self->port_.tx_frame_bytes()) {
-      return self->OutputChain(p, *mac);
-    }
-    auto frame = self->port_.AllocTx();
-    if (!frame) {
-      ++self->stats_.tx_pool_empty;
-      return ERR_MEM;
-    }
-    uint8_t* d = frame->data;
-    WriteEthernetHeader(d, *mac, c.mac);
-    pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
-    uint8_t* ip = d + SIZEOF_ETH_HDR;
-    const uint32_t ihl = (ip[0] & 0x0fu) * 4;
-    if (self->port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP &&
-        p->tot_len >= ihl + kTcpChecksumAt + 2) {
-      // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
-      // the kernel completes it over the TCP header and payload.
-      WritePseudoHeaderSum(ip, ihl, p->tot_len - ihl);
-      self->port_.QueueTxWithChecksum(frame->addr, SIZEOF_ETH_HDR + p->tot_len,
-                                      static_cast<uint16_t>(SIZEOF_ETH_HDR + ihl), kTcpChecksumAt);
-    } else {
-      self->port_.QueueTx(frame->addr, SIZEOF_ETH_HDR + p->tot_len);
-    }
-    ++self->stats_.tx_frames;
-    return ERR_OK;
+    return self->Transmit(p, *mac, true);
   }
 
   static void FreeRx(struct pbuf* p) {
@@ -126,12 +130,53 @@ struct LwipNetifCallbacks {
   }
 };
 
+int8_t LwipNetif::Transmit(pbuf* p, const MacAddress& next_hop, bool ipv6) {
+  if (p->tot_len > config_.mtu) {
+    ++stats_.tx_oversize;
+    return ERR_BUF;
+  }
+  if (packet_tx_) {
+    uint8_t eth[SIZEOF_ETH_HDR];
+    WriteEthernetHeader(eth, next_hop, config_.mac, ipv6);
+    if (!packet_tx_->Queue(eth, p)) {
+      NoteRefused(p);
+      return ERR_MEM;  // refused packets fill the batch: lwIP keeps the segment for later
+    }
+    ++stats_.tx_frames;
+    return ERR_OK;
+  }
+  if (size_t{SIZEOF_ETH_HDR} + p->tot_len > port_.tx_frame_bytes()) {
+    return OutputChain(p, next_hop, ipv6);
+  }
+  auto frame = port_.AllocTx();
+  if (!frame) {
+    ++stats_.tx_pool_empty;
+    return ERR_MEM;
+  }
+  uint8_t* d = frame->data;
+  WriteEthernetHeader(d, next_hop, config_.mac, ipv6);
+  pbuf_copy_partial(p, d + SIZEOF_ETH_HDR, p->tot_len, 0);
+  uint8_t* ip = d + SIZEOF_ETH_HDR;
+  const uint32_t tcp_at = TcpHeaderAt(ip, ipv6);
+  if (port_.tx_checksum_offload() && tcp_at != 0 && p->tot_len >= tcp_at + kTcpChecksumAt + 2) {
+    // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off): the pseudo-header sum goes in,
+    // the kernel completes it over the TCP header and payload.
+    WriteTcpPseudoHeaderSum(ip, ipv6, p->tot_len);
+    port_.QueueTxWithChecksum(frame->addr, SIZEOF_ETH_HDR + p->tot_len,
+                              static_cast<uint16_t>(SIZEOF_ETH_HDR + tcp_at), kTcpChecksumAt);
+  } else {
+    port_.QueueTx(frame->addr, SIZEOF_ETH_HDR + p->tot_len);
+  }
+  ++stats_.tx_frames;
+  return ERR_OK;
+}
+
 LwipNetif::LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config)
     : ports_(ports),
       port_(*ports.front()),
       config_(config),
       netif_(std::make_unique<struct netif>()),
-      route_(config.ifindex, config.addr, config.netmask, config.gateway) {
+      route_(config.ifindex, config.addr, config.netmask, config.gateway, config.ipv6) {
   // Noting and retrying refused flows allocates nothing on the worker: the two lists swap.
   refused_.reserve(kMaxRefusedFlows);
   retrying_.reserve(kMaxRefusedFlows);
@@ -169,9 +214,10 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   auto add = [&](struct netif* nif, in_addr a) {
     ip4_addr_t addr;
     ip4_addr_set_u32(&addr, a.s_addr);
-    // Poll strips the Ethernet header and hands lwIP the IPv4 packet (LwipNetif::Input), so
-    // the netif's input function, which lwIP itself never calls under NO_SYS, is ip4_input.
-    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init, ip4_input) ==
+    // Poll strips the Ethernet header and hands lwIP the IP packet (LwipNetif::Input), so
+    // the netif's input function, which lwIP itself never calls under NO_SYS, is ip_input
+    // (either family, by the version nibble).
+    if (netif_add(nif, &addr, &mask, &gw, self.get(), LwipNetifCallbacks::Init, ip_input) ==
         nullptr) {
       return false;
     }
@@ -180,6 +226,14 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   };
   if (!add(self->netif_.get(), config.addr)) {
     return Error{{}, port.ifname() + ": lwIP refused the interface"};
+  }
+  if (config.ipv6.enabled()) {
+    // Static and usable at once: the kernel did duplicate address detection when the address
+    // was configured (lwIP's own is off, as the rest of its neighbour discovery).
+    ip6_addr_t a6;
+    std::memcpy(a6.addr, &config.ipv6.addr, sizeof(a6.addr));
+    netif_ip6_addr_set(self->netif_.get(), 0, &a6);
+    netif_ip6_addr_set_state(self->netif_.get(), 0, IP6_ADDR_PREFERRED);
   }
   for (in_addr a : config.aliases) {
     self->aliases_.push_back(std::make_unique<struct netif>());
@@ -194,15 +248,23 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
 void LwipNetif::NoteRefused(const pbuf* p) {
   if (refused_overflow_) return;
   const auto* ip = static_cast<const uint8_t*>(p->payload);
-  const uint32_t ihl = p->len >= 1 ? (ip[0] & 0x0fu) * 4 : 0;
-  if (ihl < 20 || p->len < ihl + 4 || ip[9] != IPPROTO_TCP) return;  // lwIP sends TCP only
+  if (p->len < 1) return;
+  const bool ipv6 = (ip[0] >> 4) == 6;
+  const uint32_t min_header = ipv6 ? kIpv6Header : 20;
+  if (p->len < min_header) return;
+  const uint32_t tcp_at = TcpHeaderAt(ip, ipv6);  // lwIP sends TCP only
+  if (tcp_at < min_header || p->len < tcp_at + 4) return;
   RefusedFlow f{};
-  std::memcpy(&f.local_ip, ip + 12, 4);
-  std::memcpy(&f.remote_ip, ip + 16, 4);
-  f.local_port = static_cast<uint16_t>(ip[ihl] << 8 | ip[ihl + 1]);
-  f.remote_port = static_cast<uint16_t>(ip[ihl + 2] << 8 | ip[ihl + 3]);
-  uint32_t h = (f.local_ip ^ (f.remote_ip * 0x9e3779b1u)) +
-               (static_cast<uint32_t>(f.local_port) << 16 | f.remote_port);
+  f.ipv6 = ipv6;
+  std::memcpy(f.local_ip, ip + (ipv6 ? 8 : 12), ipv6 ? 16 : 4);
+  std::memcpy(f.remote_ip, ip + (ipv6 ? 24 : 16), ipv6 ? 16 : 4);
+  f.local_port = static_cast<uint16_t>(ip[tcp_at] << 8 | ip[tcp_at + 1]);
+  f.remote_port = static_cast<uint16_t>(ip[tcp_at + 2] << 8 | ip[tcp_at + 3]);
+  uint32_t h = (static_cast<uint32_t>(f.local_port) << 16 | f.remote_port);
+  for (int k = 0; k < 4; ++k) {
+    h = (h ^ f.local_ip[k] ^ (f.remote_ip[k] * 0x9e3779b1u)) * 0x85ebca6bu;
+    h ^= h >> 15;
+  }
   h = (h ^ (h >> 15)) * 0x2c1b3c6du;
   const size_t slot = (h ^ (h >> 12)) & (kNotedSlots - 1);
   if (noted_round_[slot] == refused_round_ && noted_[slot] == f) return;  // noted already
@@ -229,8 +291,13 @@ void LwipNetif::RetryRefused() {
   } else {
     for (const RefusedFlow& f : retrying_) {
       ip_addr_t local, remote;
-      ip_addr_set_ip4_u32(&local, f.local_ip);
-      ip_addr_set_ip4_u32(&remote, f.remote_ip);
+      if (f.ipv6) {
+        IP_ADDR6(&local, f.local_ip[0], f.local_ip[1], f.local_ip[2], f.local_ip[3]);
+        IP_ADDR6(&remote, f.remote_ip[0], f.remote_ip[1], f.remote_ip[2], f.remote_ip[3]);
+      } else {
+        ip_addr_set_ip4_u32(&local, f.local_ip[0]);
+        ip_addr_set_ip4_u32(&remote, f.remote_ip[0]);
+      }
       tcp_pcb* pcb = tcp_pcb_hash_lookup(0, &local, f.local_port, &remote, f.remote_port);
       // Gone meanwhile, or sent already (an ACK came and lwIP sent it): nothing to do.
       if (pcb == nullptr || !(pcb->flags & TF_NAGLEMEMERR)) continue;
@@ -301,7 +368,7 @@ NetifStats LwipNetif::stats() const {
 // MTUs). Its TCP checksum is computed here in software: chains only happen above a 4058-byte
 // MTU, and whether 6.18 completes a TX-metadata checksum over a multi-buffer packet was not
 // checked (the kernel's selftests for that case are from late 2026).
-int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
+int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop, bool ipv6) {
   const uint32_t cap = port_.tx_frame_bytes();
   const uint32_t total = SIZEOF_ETH_HDR + p->tot_len;
   const uint32_t count = (total + cap - 1) / cap;
@@ -320,18 +387,26 @@ int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
     frames[i] = *frame;
   }
   const auto* ip = static_cast<const uint8_t*>(p->payload);
-  const uint32_t ihl = (ip[0] & 0x0fu) * 4;
+  const uint32_t ihl = p->len >= kIpv6Header ? TcpHeaderAt(ip, ipv6) : 0;
   uint16_t checksum = 0;
-  const bool fill_checksum = port_.tx_checksum_offload() && ip[9] == IPPROTO_TCP && p->len >= ihl &&
+  const bool fill_checksum = port_.tx_checksum_offload() && ihl != 0 && p->len >= ihl &&
                              p->tot_len >= ihl + kTcpChecksumAt + 2;
   if (fill_checksum) {
     // lwIP left the field 0 (NETIF_CHECKSUM_GEN_TCP is off on this netif); lwIP's own
     // checksum over the TCP part of its pbuf chain fills it in.
-    ip4_addr_t src, dst;
-    std::memcpy(&src.addr, ip + 12, 4);
-    std::memcpy(&dst.addr, ip + 16, 4);
-    pbuf_remove_header(p, ihl);
-    checksum = inet_chksum_pseudo(p, IPPROTO_TCP, p->tot_len, &src, &dst);
+    if (ipv6) {
+      ip6_addr_t src, dst;
+      std::memcpy(src.addr, ip + 8, 16);
+      std::memcpy(dst.addr, ip + 24, 16);
+      pbuf_remove_header(p, ihl);
+      checksum = ip6_chksum_pseudo(p, IPPROTO_TCP, p->tot_len, &src, &dst);
+    } else {
+      ip4_addr_t src, dst;
+      std::memcpy(&src.addr, ip + 12, 4);
+      std::memcpy(&dst.addr, ip + 16, 4);
+      pbuf_remove_header(p, ihl);
+      checksum = inet_chksum_pseudo(p, IPPROTO_TCP, p->tot_len, &src, &dst);
+    }
     pbuf_add_header_force(p, ihl);  // back where lwIP left it, whatever the pbuf's type
   }
   uint32_t copied = 0;  // of the IP packet
@@ -339,7 +414,7 @@ int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
     uint8_t* d = frames[i].data;
     uint32_t room = cap;
     if (i == 0) {
-      WriteEthernetHeader(d, next_hop, config_.mac);
+      WriteEthernetHeader(d, next_hop, config_.mac, ipv6);
       d += SIZEOF_ETH_HDR;
       room -= SIZEOF_ETH_HDR;
     }
@@ -357,7 +432,8 @@ int8_t LwipNetif::OutputChain(pbuf* p, const MacAddress& next_hop) {
 }
 
 // lwIP's ethernet_input handles IPv4 only when its ARP is compiled in (2.1.3 guards the case
-// with LWIP_ARP), so the netif demuxes itself: the steering program only redirects IPv4 TCP.
+// with LWIP_ARP), and IPv6 only with its ND, so the netif demuxes itself: the steering program
+// only redirects TCP over IPv4 or IPv6.
 // The pbuf chain starts at the IP header, which keeps a 64 KiB IP packet (a TSO super-segment,
 // 18 frames) within lwIP's u16 tot_len; the Ethernet header would push it past.
 void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) {
@@ -368,9 +444,9 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
   size_t ip_bytes = 0;
   for (uint32_t i = 0; i < count; ++i) ip_bytes += frames[i].len;
   ip_bytes -= std::min<size_t>(ip_bytes, SIZEOF_ETH_HDR);
-  const bool ipv4 = first.len > SIZEOF_ETH_HDR && first.data[12] == 0x08 && first.data[13] == 0x00;
-  if (!ipv4 || ip_bytes > 0xffff) {
-    ++(ipv4 ? stats_.rx_oversize : stats_.rx_not_ipv4);
+  const bool ip = first.len > SIZEOF_ETH_HDR && IsIpFrame(first.data);
+  if (!ip || ip_bytes > 0xffff) {
+    ++(ip ? stats_.rx_oversize : stats_.rx_not_ip);
     for (uint32_t i = 0; i < count; ++i) port.Release(frames[i].addr);
     return;
   }
@@ -404,12 +480,15 @@ void LwipNetif::Input(size_t port_index, const RxFrame* frames, uint32_t count) 
       pbuf_cat(head, p);  // the chain is at most kMaxRxChain long
     }
   }
-  ip4_input(head, netif_.get());  // consumes the chain whatever it decides
+  ip_input(head, netif_.get());  // by the version nibble; consumes the chain whatever it decides
 }
 
 void LwipNetif::InputCopy(std::span<const uint8_t> frame) {
   ++stats_.rx_copied;
-  if (frame.size() <= SIZEOF_ETH_HDR || frame.size() - SIZEOF_ETH_HDR > 0xffff) return;
+  if (frame.size() <= SIZEOF_ETH_HDR || frame.size() - SIZEOF_ETH_HDR > 0xffff ||
+      !IsIpFrame(frame.data())) {
+    return;
+  }
   route_.LearnFromSyn(frame.data(), frame.size(), sys_now());
   const auto len = static_cast<u16_t>(frame.size() - SIZEOF_ETH_HDR);
   pbuf* p = pbuf_alloc(PBUF_RAW, len, PBUF_POOL);
@@ -418,7 +497,7 @@ void LwipNetif::InputCopy(std::span<const uint8_t> frame) {
     return;
   }
   pbuf_take(p, frame.data() + SIZEOF_ETH_HDR, len);
-  ip4_input(p, netif_.get());
+  ip_input(p, netif_.get());
 }
 
 uint32_t LwipNetif::Poll(uint32_t budget) {

@@ -1,8 +1,9 @@
 // One lwIP netif over the AF_XDP ports of one interface, one port per RX queue. RX is
 // zero-copy: each received frame enters lwIP as a custom pbuf pointing into its port's UMEM,
 // and its free callback gives the frame back to that port; a packet in a chain of frames
-// (multi-buffer) enters as a chain of such pbufs. TX goes out through the first port:
-// it copies lwIP's finished IPv4 packet behind an Ethernet header into a UMEM frame; or, with
+// (multi-buffer) enters as a chain of such pbufs. IPv4 and IPv6 (lwIP is dual-stack; each
+// netif may have an address of each family). TX goes out through the first port:
+// it copies lwIP's finished IP packet behind an Ethernet header into a UMEM frame; or, with
 // LwipNetifConfig::packet_tx, into a batch that a packet socket sends with GSO (stack/
 // packet_tx.h). Where each packet goes next, and to which MAC, is NextHopRoute's (stack/
 // next_hop_route.h: the kernel's neighbour table, lwIP's ARP is off).
@@ -37,6 +38,9 @@ struct LwipNetifConfig {
   // over the same port. lwIP's ip4_input accepts a packet for any netif's address, and routing
   // by source address sends a connection's segments out through the netif that owns it.
   std::vector<in_addr> aliases;
+  // The interface's IPv6 address, on-link prefix and gateway (none: IPv4 only). The address is
+  // the first netif's; the aliases are IPv4 only for now.
+  Ipv6Interface ipv6;
   uint16_t mtu = 1500;
   // TCP checksums of received frames. A veth peer hands over frames whose TCP checksum holds
   // only the pseudo-header sum (CHECKSUM_PARTIAL, the data never crossed a wire), so they are
@@ -56,7 +60,8 @@ bool ShouldVerifyTcpChecksum(const std::string& ifname);
 struct NetifStats {
   uint64_t rx_frames = 0;
   uint64_t rx_packets = 0;   // whole packets: a chain of frames counts once
-  uint64_t rx_not_ipv4 = 0;  // not for lwIP (the steering program should never send these)
+  uint64_t rx_not_ip = 0;    // neither IPv4 nor IPv6: not for lwIP (the steering program never
+                             // redirects such frames)
   uint64_t rx_oversize = 0;  // an IP packet above 65535 bytes (lwIP's u16 tot_len): dropped
   uint64_t tx_frames = 0;
   uint64_t tx_pool_empty = 0;   // no UMEM frame free: lwIP keeps the segment and retries
@@ -132,8 +137,11 @@ class LwipNetif {
   struct RxPbuf;
   friend struct LwipNetifCallbacks;  // lwIP's C callbacks (output, custom pbuf free)
   LwipNetif(const std::vector<XskPort*>& ports, const LwipNetifConfig& config);
+  // lwIP's finished IP packet `p` (either family) to `next_hop`: queued for the packet
+  // socket, copied into an AF_XDP frame, or a chain of them. lwIP's err_t.
+  int8_t Transmit(pbuf* p, const MacAddress& next_hop, bool ipv6);
   // Sends a packet longer than one TX frame as a chain of frames (multi-buffer TX).
-  int8_t OutputChain(pbuf* p, const MacAddress& next_hop);  // lwIP's err_t
+  int8_t OutputChain(pbuf* p, const MacAddress& next_hop, bool ipv6);  // lwIP's err_t
   // One received packet, its frames in order, into lwIP (or back to the port, if not for it).
   void Input(size_t port_index, const RxFrame* frames, uint32_t count);
   // Output's packet `p` was refused while the batch was full: its flow's pcb waits with
@@ -159,8 +167,9 @@ class LwipNetif {
   // (tcp_txnow), which with 200,000 pcbs took 1.6-1.8 ms per walk on average, on the worker
   // (docs/stack.md). Past kMaxRefusedFlows, the walk.
   struct RefusedFlow {
-    uint32_t local_ip, remote_ip;      // network order
-    uint16_t local_port, remote_port;  // host order
+    uint32_t local_ip[4], remote_ip[4];  // network order; IPv4 in the first word, the rest 0
+    uint16_t local_port, remote_port;    // host order
+    bool ipv6;
     bool operator==(const RefusedFlow&) const = default;
   };
   static constexpr size_t kMaxRefusedFlows = 4096;

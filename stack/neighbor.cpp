@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "os/endpoint.h"
+#include "os/ip_address.h"
 #include "os/unique_fd.h"
 #include "stack/rtnetlink_message.h"
 
@@ -274,6 +275,61 @@ Result<Route> LookupRoute(in_addr dst) {
   route.ifname = link->name;
   route.next_hop = route.gateway.s_addr != 0 ? route.gateway : dst;
   return route;
+}
+
+Result<Route6> LookupRoute(const in6_addr& dst) {
+  rtmsg rtm{};
+  rtm.rtm_family = AF_INET6;
+  rtm.rtm_dst_len = 128;
+  Request request(RTM_GETROUTE, 0, rtm);
+  request.AddAttribute(RTA_DST, &dst, sizeof(dst));
+  const std::string text = ToString(IpAddress::V6(dst));
+  const std::string what = "no route to " + text;
+  Route6 route;
+  std::optional<uint8_t> type;
+  auto exchanged = Exchange(request, what, [&](const Message& m) {
+    const auto header = ReadStruct<rtmsg>(m.payload);
+    if (m.type != RTM_NEWROUTE || !header) return;
+    const auto attrs = Attributes(m.payload, sizeof(rtmsg));
+    type = header->rtm_type;
+    route.oif = static_cast<int>(attrs.GetAs<uint32_t>(RTA_OIF).value_or(0));
+    route.gateway = attrs.GetAs<in6_addr>(RTA_GATEWAY).value_or(in6_addr{});
+    route.prefsrc = attrs.GetAs<in6_addr>(RTA_PREFSRC).value_or(in6_addr{});
+  });
+  if (!exchanged) return exchanged.error();
+  if (!type) return SystemError(what + ": no route in the kernel's reply", EBADMSG);
+  if (*type != RTN_UNICAST || route.oif == 0) {
+    const std::string kind = *type == RTN_LOCAL ? "local" : std::to_string(*type);
+    return SystemError(text + " has a route of type " + kind + ", not one to a host", EHOSTUNREACH);
+  }
+  auto link = GetLink(route.oif);
+  if (!link) return link.error();
+  route.ifname = link->name;
+  route.next_hop = IN6_IS_ADDR_UNSPECIFIED(&route.gateway) ? dst : route.gateway;
+  return route;
+}
+
+Result<InterfaceAddress6> InterfaceIpv6Address(int ifindex) {
+  std::optional<InterfaceAddress6> found;
+  Request request(RTM_GETADDR, NLM_F_DUMP, ifaddrmsg{AF_INET6, 0, 0, 0, 0});
+  auto dumped = Exchange(request, "list IPv6 addresses", [&](const Message& m) {
+    const auto header = ReadStruct<ifaddrmsg>(m.payload);
+    if (found || m.type != RTM_NEWADDR || !header || header->ifa_family != AF_INET6 ||
+        static_cast<int>(header->ifa_index) != ifindex || header->ifa_scope != RT_SCOPE_UNIVERSE) {
+      return;
+    }
+    const auto attrs = Attributes(m.payload, sizeof(ifaddrmsg));
+    // The flags in the header are 8 bits; IFA_FLAGS has them all when present.
+    const uint32_t flags = attrs.GetAs<uint32_t>(IFA_FLAGS).value_or(header->ifa_flags);
+    if (flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED)) return;
+    const auto addr = attrs.GetAs<in6_addr>(IFA_ADDRESS);
+    if (addr) found = InterfaceAddress6{*addr, header->ifa_prefixlen};
+  });
+  if (!dumped) return dumped.error();
+  if (!found) {
+    return SystemError(LinkName(ifindex) + " has no usable global IPv6 address", EADDRNOTAVAIL);
+  }
+  return *found;
 }
 
 Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, in_addr addr) {

@@ -25,12 +25,30 @@ struct Route {
 
 using MacAddress = std::array<uint8_t, 6>;
 
+// The same for an IPv6 destination. An IPv6 gateway is usually a router's link-local address,
+// which means something only together with `oif`.
+struct Route6 {
+  int oif = 0;
+  std::string ifname;
+  in6_addr gateway{};   // :: if the destination is on-link
+  in6_addr prefsrc{};   // :: if the kernel chose none
+  in6_addr next_hop{};  // gateway, or the destination itself when on-link
+};
+
+// An interface's IPv6 address as the fast path serves it: global scope, not tentative.
+struct InterfaceAddress6 {
+  in6_addr addr{};
+  uint8_t prefix_len = 128;
+};
+
 // "02:00:5e:10:00:01".
 std::string FormatMac(const MacAddress& mac);
 
 // The kernel's route to dst, like `ip route get`. Only unicast routes through an interface count:
 // unreachable, blackhole, prohibit, local and broadcast destinations are errors.
 Result<Route> LookupRoute(in_addr dst);
+// The kernel's route to an IPv6 dst (`ip -6 route get`), with the same refusals.
+Result<Route6> LookupRoute(const in6_addr& dst);
 
 // The kernel's neighbour entry for addr on ifindex. nullopt if there is none or it is not usable
 // (INCOMPLETE, FAILED, NONE); REACHABLE, STALE, DELAY, PROBE, PERMANENT and NOARP are usable.
@@ -47,6 +65,10 @@ Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milli
 
 // The interface that holds local address addr: {ifindex, name}.
 Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr);
+
+// The interface's first global IPv6 address that has passed duplicate address detection, and
+// its prefix length (what is on-link); an error if it has none.
+Result<InterfaceAddress6> InterfaceIpv6Address(int ifindex);
 
 // The Ethernet address of an interface (an error for non-Ethernet links such as lo or tun).
 Result<MacAddress> InterfaceMac(int ifindex);

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "stack/rtnetlink_message.h"
@@ -38,27 +39,29 @@ Result<NeighborChannel> NeighborChannel::Open(int ifindex) {
   return NeighborChannel(ifindex, std::move(fd), local.nl_pid);
 }
 
-bool NeighborChannel::Send(uint16_t type, uint16_t flags, in_addr addr, uint16_t state,
+bool NeighborChannel::Send(uint16_t type, uint16_t flags, const IpAddress& addr, uint16_t state,
                            uint8_t ndm_flags) {
   struct {
     nlmsghdr header;
     ndmsg neighbor;
     rtattr dst_attr;
-    in_addr dst;
+    in6_addr dst;  // an IPv4 address takes its first 4 bytes; the message ends after them
   } request{};
-  static_assert(sizeof(request) == NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(ndmsg)) + RTA_LENGTH(4));
+  static_assert(offsetof(decltype(request), dst) ==
+                NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(ndmsg)) + RTA_LENGTH(0));
   const uint32_t seq = sequence_++;
-  request.header = {sizeof(request), type, static_cast<uint16_t>(NLM_F_REQUEST | flags), seq, 0};
-  request.neighbor.ndm_family = AF_INET;
+  const auto length = static_cast<uint32_t>(offsetof(decltype(request), dst) + addr.size());
+  request.header = {length, type, static_cast<uint16_t>(NLM_F_REQUEST | flags), seq, 0};
+  request.neighbor.ndm_family = static_cast<uint8_t>(addr.family);
   request.neighbor.ndm_ifindex = ifindex_;
   request.neighbor.ndm_state = state;
   request.neighbor.ndm_flags = ndm_flags;
-  request.dst_attr = {static_cast<uint16_t>(RTA_LENGTH(sizeof(in_addr))), NDA_DST};
-  request.dst = addr;
+  request.dst_attr = {static_cast<uint16_t>(RTA_LENGTH(addr.size())), NDA_DST};
+  std::memcpy(&request.dst, addr.data(), addr.size());
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sendto(fd_.get(), &request, sizeof(request), MSG_DONTWAIT,
-             reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+  if (sendto(fd_.get(), &request, length, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&kernel),
+             sizeof(kernel)) < 0) {
     return false;
   }
   ++requests_;
@@ -69,9 +72,9 @@ bool NeighborChannel::Send(uint16_t type, uint16_t flags, in_addr addr, uint16_t
   return true;
 }
 
-bool NeighborChannel::AskEntry(in_addr addr) { return Send(RTM_GETNEIGH, 0, addr, 0, 0); }
+bool NeighborChannel::AskEntry(const IpAddress& addr) { return Send(RTM_GETNEIGH, 0, addr, 0, 0); }
 
-bool NeighborChannel::AskResolution(in_addr addr) {
+bool NeighborChannel::AskResolution(const IpAddress& addr) {
   // NUD_NONE, as RequestNeighborResolution (neighbor.cpp) says why; no ACK wanted: a failure
   // comes back as an error message, which Parse ignores (the entry stays unknown, asked again).
   return Send(RTM_NEWNEIGH, NLM_F_CREATE, addr, NUD_NONE, NTF_USE);
@@ -95,11 +98,21 @@ void NeighborChannel::Parse(std::span<const uint8_t> datagram) {
     if (h->nlmsg_type != RTM_NEWNEIGH && h->nlmsg_type != RTM_DELNEIGH) continue;
     if (h->nlmsg_pid == port_id_) asked_.erase(h->nlmsg_seq);
     const auto ndm = rtnl::ReadStruct<ndmsg>(payload);
-    if (!ndm || ndm->ndm_family != AF_INET || ndm->ndm_ifindex != ifindex_) continue;
+    if (!ndm || ndm->ndm_ifindex != ifindex_) continue;
     const rtnl::Attributes attrs(payload, sizeof(ndmsg));
-    const auto dst = attrs.GetAs<in_addr>(NDA_DST);
-    if (!dst) continue;
-    NeighborUpdate update{*dst, h->nlmsg_type == RTM_DELNEIGH ? uint16_t{0} : ndm->ndm_state, {}};
+    IpAddress dst;
+    if (ndm->ndm_family == AF_INET) {
+      const auto a = attrs.GetAs<in_addr>(NDA_DST);
+      if (!a) continue;
+      dst = IpAddress::V4(*a);
+    } else if (ndm->ndm_family == AF_INET6) {
+      const auto a = attrs.GetAs<in6_addr>(NDA_DST);
+      if (!a) continue;
+      dst = IpAddress::V6(*a);
+    } else {
+      continue;
+    }
+    NeighborUpdate update{dst, h->nlmsg_type == RTM_DELNEIGH ? uint16_t{0} : ndm->ndm_state, {}};
     if (update.state & rtnl::kUsableStates) update.mac = attrs.GetAs<MacAddress>(NDA_LLADDR);
     updates_.push_back(update);
   }

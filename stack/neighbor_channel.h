@@ -11,16 +11,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "os/ip_address.h"
 #include "os/result.h"
 #include "os/unique_fd.h"
 #include "stack/neighbor.h"
 
 namespace xdpfwd {
 
-// What the kernel said about one neighbour of the channel's interface: an answer to AskEntry or
-// an announcement of a change (made by anyone, ARP included).
+// What the kernel said about one neighbour of the channel's interface, of either family: an
+// answer to AskEntry or an announcement of a change (made by anyone, ARP and ND included).
 struct NeighborUpdate {
-  in_addr addr{};
+  IpAddress addr;
   uint16_t state = 0;             // NUD_*; 0 when there is no entry (deleted, or none to get)
   std::optional<MacAddress> mac;  // set when the state is usable and the address is Ethernet
 };
@@ -32,10 +33,11 @@ class NeighborChannel {
   // Each sends one request without waiting (MSG_DONTWAIT); the answer, if any, comes out of a
   // later Drain. The kernel handles rtnetlink requests inside the send, so a Drain right after
   // finds it. false: not sent (socket buffer full, or an error): ask again later.
-  bool AskEntry(in_addr addr);  // RTM_GETNEIGH
-  // RTM_NEWNEIGH with NTF_USE: the kernel starts ARP for addr (or re-confirms a STALE entry). The
-  // caller must know the entry is not PERMANENT/NOARP (NTF_USE would make it dynamic).
-  bool AskResolution(in_addr addr);
+  bool AskEntry(const IpAddress& addr);  // RTM_GETNEIGH
+  // RTM_NEWNEIGH with NTF_USE: the kernel starts ARP (IPv4) or neighbour solicitation (IPv6) for
+  // addr, or re-confirms a STALE entry. The caller must know the entry is not PERMANENT/NOARP
+  // (NTF_USE would make it dynamic).
+  bool AskResolution(const IpAddress& addr);
 
   // Everything queued since the last call, without blocking (no syscall beyond the reads that
   // find data, plus one that finds none). Valid until the next Drain.
@@ -51,7 +53,8 @@ class NeighborChannel {
   NeighborChannel(int ifindex, UniqueFd fd, uint32_t port_id)
       : ifindex_(ifindex), fd_(std::move(fd)), port_id_(port_id), buffer_(kDatagramBytes) {}
   static constexpr size_t kDatagramBytes = 16 * 1024;  // one datagram: a few hundred bytes used
-  bool Send(uint16_t type, uint16_t flags, in_addr addr, uint16_t state, uint8_t ndm_flags);
+  bool Send(uint16_t type, uint16_t flags, const IpAddress& addr, uint16_t state,
+            uint8_t ndm_flags);
   void Parse(std::span<const uint8_t> datagram);
 
   int ifindex_;
@@ -60,7 +63,7 @@ class NeighborChannel {
   uint32_t sequence_ = 1;
   // Entry questions not yet answered, by sequence number: an answer of "no such entry" is an
   // error message that names only the sequence. Bounded: the kernel answers inside the send.
-  std::unordered_map<uint32_t, in_addr> asked_;
+  std::unordered_map<uint32_t, IpAddress> asked_;
   std::vector<NeighborUpdate> updates_;
   std::vector<uint8_t> buffer_;
   bool overrun_ = false;

@@ -13,7 +13,7 @@ NextHopCache::NextHopCache(int ifindex, size_t max_entries) : max_entries_(max_e
   }
 }
 
-NextHopCache::Entry& NextHopCache::Touch(uint32_t ip) {
+NextHopCache::Entry& NextHopCache::Touch(const IpAddress& ip) {
   if (auto it = entries_.find(ip); it != entries_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.lru);
     return it->second;
@@ -29,17 +29,17 @@ NextHopCache::Entry& NextHopCache::Touch(uint32_t ip) {
   return e;
 }
 
-void NextHopCache::Learn(in_addr ip, const MacAddress& mac, uint64_t now_ms) {
-  Entry& e = Touch(ip.s_addr);
+void NextHopCache::Learn(const IpAddress& ip, const MacAddress& mac, uint64_t now_ms) {
+  Entry& e = Touch(ip);
   e.mac = mac;
   e.known = true;
   e.learned = true;
   e.checked_ms = now_ms;
 }
 
-std::optional<MacAddress> NextHopCache::Lookup(in_addr ip, uint64_t now_ms) {
+std::optional<MacAddress> NextHopCache::Lookup(const IpAddress& ip, uint64_t now_ms) {
   if (now_ms - listened_ms_ >= kAnnouncementsMs) Listen(now_ms);
-  Entry& e = Touch(ip.s_addr);  // references into the map stay valid: Apply never erases
+  Entry& e = Touch(ip);  // references into the map stay valid: Apply never erases
   if (e.known) {
     // A learned entry past its validity is like a STALE one in Linux: used, and checked.
     if (e.learned && now_ms - e.checked_ms >= kLearnedValidMs) {
@@ -55,7 +55,7 @@ std::optional<MacAddress> NextHopCache::Lookup(in_addr ip, uint64_t now_ms) {
   return std::nullopt;  // the kernel is resolving it; lwIP keeps the segment and retries
 }
 
-void NextHopCache::Ask(in_addr ip, uint64_t now_ms) {
+void NextHopCache::Ask(const IpAddress& ip, uint64_t now_ms) {
   if (!channel_) return;
   ++kernel_lookups_;
   channel_->AskEntry(ip);
@@ -79,7 +79,7 @@ void NextHopCache::Listen(uint64_t now_ms) {
 }
 
 void NextHopCache::Apply(const NeighborUpdate& update, uint64_t now_ms) {
-  const auto it = entries_.find(update.addr.s_addr);
+  const auto it = entries_.find(update.addr);
   if (it == entries_.end()) return;  // not a next hop of ours
   Entry& e = it->second;
   ++kernel_updates_;

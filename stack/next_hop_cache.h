@@ -1,4 +1,6 @@
-// Next-hop MACs for one interface, for the worker's output path. Two sources: frames received
+// Next-hop MACs for one interface, for the worker's output path, IPv4 and IPv6 neighbours
+// alike (keyed by IpAddress; an IPv6 next hop is often a router's link-local address, which
+// the kernel's table holds per interface as it holds every other). Two sources: frames received
 // from on-link peers (their Ethernet source, learned for free on the way in) and the kernel's
 // neighbour table (for next hops that have not sent us anything: a backend before its first
 // SYN-ACK, a gateway), read through a non-blocking NeighborChannel: a question costs one send
@@ -17,6 +19,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "os/ip_address.h"
 #include "stack/neighbor.h"
 #include "stack/neighbor_channel.h"
 
@@ -38,8 +41,14 @@ class NextHopCache {
 
   // `ip`, on-link, sent a frame from Ethernet address `mac`. The netif calls it for SYNs and
   // SYN-ACKs only: the first frame of every peer, at no cost per data frame.
-  void Learn(in_addr ip, const MacAddress& mac, uint64_t now_ms);
-  std::optional<MacAddress> Lookup(in_addr ip, uint64_t now_ms);
+  void Learn(const IpAddress& ip, const MacAddress& mac, uint64_t now_ms);
+  std::optional<MacAddress> Lookup(const IpAddress& ip, uint64_t now_ms);
+  void Learn(in_addr ip, const MacAddress& mac, uint64_t now_ms) {
+    Learn(IpAddress::V4(ip), mac, now_ms);
+  }
+  std::optional<MacAddress> Lookup(in_addr ip, uint64_t now_ms) {
+    return Lookup(IpAddress::V4(ip), now_ms);
+  }
 
   size_t size() const { return entries_.size(); }
   uint64_t kernel_lookups() const { return kernel_lookups_; }
@@ -57,23 +66,23 @@ class NextHopCache {
     uint64_t checked_ms = 0;    // learned: the last frame seen or question asked
     uint64_t asked_ms = 0;      // unknown: when the kernel was last asked
     uint64_t resolving_ms = 0;  // when the kernel was last asked to resolve it
-    std::list<uint32_t>::iterator lru;
+    std::list<IpAddress>::iterator lru;
   };
   // Asks the kernel for ip's entry and reads the answer (given inside the send).
-  void Ask(in_addr ip, uint64_t now_ms);
+  void Ask(const IpAddress& ip, uint64_t now_ms);
   // Reads what the kernel said and applies it to the entries held.
   void Listen(uint64_t now_ms);
   void Apply(const NeighborUpdate& update, uint64_t now_ms);
   // The entry for ip, created (evicting the least recently used at the bound) if absent, and
   // made the most recently used.
-  Entry& Touch(uint32_t ip);
+  Entry& Touch(const IpAddress& ip);
 
   size_t max_entries_;
   std::optional<NeighborChannel> channel_;
   std::string channel_error_;
   uint64_t listened_ms_ = 0;
-  std::unordered_map<uint32_t, Entry> entries_;
-  std::list<uint32_t> lru_;  // most recently used first
+  std::unordered_map<IpAddress, Entry, IpAddressHash> entries_;
+  std::list<IpAddress> lru_;  // most recently used first
   uint64_t kernel_lookups_ = 0, resolution_requests_ = 0, kernel_updates_ = 0, evicted_ = 0;
 };
 

@@ -43,12 +43,22 @@ void WriteIpChecksum(uint8_t* ip, uint32_t ihl) {
   Put16(ip + 10, InetChecksum(ip, ihl));
 }
 
+constexpr uint32_t kIpv6Header = 40;  // lwIP sends no extension headers
+
+bool IsIpv6(const uint8_t* ip) { return (ip[0] >> 4) == 6; }
+// The IP header's length: IPv4's IHL, IPv6's fixed 40 bytes.
+uint32_t IpHeaderBytes(const uint8_t* ip) { return IsIpv6(ip) ? kIpv6Header : (ip[0] & 0x0fu) * 4; }
+// Where the source and destination addresses lie in the IP header, and their bytes together.
+uint32_t AddressesAt(bool ipv6) { return ipv6 ? 8 : 12; }
+uint32_t AddressBytes(bool ipv6) { return ipv6 ? 32 : 8; }
+
 // The headers of an lwIP packet: lwIP puts IP and TCP headers in its first pbuf, but nothing
 // in its API promises it, so they are copied out (up to 120 bytes: both at their longest).
 struct Headers {
   uint8_t bytes[120];
   uint32_t ip_len = 0;  // the whole IP packet
-  uint32_t ihl = 0;
+  bool ipv6 = false;
+  uint32_t ihl = 0;         // the IP header: IPv4's with options, or IPv6's 40 bytes
   uint32_t tcp_header = 0;  // 0: not TCP (or too short to tell)
   uint32_t payload = 0;
   uint32_t seq = 0;
@@ -60,9 +70,11 @@ struct Headers {
   explicit Headers(const pbuf* p) : ip_len(p->tot_len) {
     if (ip_len < 20) return;
     pbuf_copy_partial(p, bytes, 20, 0);
-    ihl = (bytes[0] & 0x0fu) * 4;
-    if (bytes[9] != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) return;
-    pbuf_copy_partial(p, bytes + 20, static_cast<u16_t>(ihl), 20);  // IP options, TCP's 20
+    ipv6 = IsIpv6(bytes);
+    ihl = IpHeaderBytes(bytes);
+    const uint8_t protocol = ipv6 ? bytes[6] : bytes[9];
+    if (protocol != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) return;
+    pbuf_copy_partial(p, bytes + 20, static_cast<u16_t>(ihl), 20);  // IP's rest, TCP's 20
     const uint32_t doff = (bytes[ihl + 12] >> 4) * 4u;
     if (doff < 20 || ip_len < ihl + doff) return;
     if (doff > 20) {
@@ -79,7 +91,14 @@ struct Headers {
   // high bits of the product mix every input bit), never 0.
   uint32_t flow() const {
     if (!tcp()) return 0;
-    const uint64_t addresses = uint64_t{Get32(bytes + 12)} << 32 | Get32(bytes + 16);
+    uint64_t addresses = uint64_t{Get32(bytes + 12)} << 32 | Get32(bytes + 16);
+    if (ipv6) {  // the four 64-bit halves of both addresses, each mixed before the next
+      addresses = 0;
+      for (uint32_t at = 8; at < 40; at += 8) {
+        addresses = (addresses ^ (uint64_t{Get32(bytes + at)} << 32 | Get32(bytes + at + 4))) *
+                    0xc2b2ae3d27d4eb4fULL;
+      }
+    }
     const uint64_t x =
         (addresses ^ Get32(bytes + ihl) * 0xff51afd7ed558ccdULL) * 0x9e3779b97f4a7c15ULL;
     const uint32_t h = static_cast<uint32_t>(x >> 32);
@@ -140,18 +159,19 @@ bool TxBatch::Add(const uint8_t (&eth)[14], pbuf* ip) {
       (h.flags & kAck) != 0) {
     const uint32_t last = count_ - 1;
     uint8_t* fip = bytes_.data() + at_[last] + kEth;
-    const uint32_t ihl = (fip[0] & 0x0fu) * 4;
+    const uint32_t ihl = IpHeaderBytes(fip);
     const uint32_t headers = ihl + h.tcp_header;
     // The next segment of the same flow, same header layout and options, after full ones only,
     // and the packet stays within what one IP packet (and GSO) can carry.
     const bool continues =
-        kEth + headers == open_.header_bytes && ihl == h.ihl && h.seq == open_.next_seq &&
-        h.payload <= open_.mss && open_.payload % open_.mss == 0 &&
-        std::memcmp(fip + 12, h.bytes + 12, 8) == 0 &&                              // addresses
+        kEth + headers == open_.header_bytes && IsIpv6(fip) == h.ipv6 && ihl == h.ihl &&
+        h.seq == open_.next_seq && h.payload <= open_.mss && open_.payload % open_.mss == 0 &&
+        std::memcmp(fip + AddressesAt(h.ipv6), h.bytes + AddressesAt(h.ipv6),
+                    AddressBytes(h.ipv6)) == 0 &&                                   // addresses
         std::memcmp(fip + ihl, h.bytes + ihl, 4) == 0 &&                            // ports
         std::memcmp(fip + ihl + 20, h.bytes + ihl + 20, h.tcp_header - 20) == 0 &&  // options
-        headers + open_.payload + h.payload <= 0xffff && segments_[last] < kMaxSegments &&
-        iov_count_[last] + links <= kMaxIovecsPerFrame;
+        headers + open_.payload + h.payload <= 0xffff &&
+        segments_[last] < kMaxSegments && iov_count_[last] + links <= kMaxIovecsPerFrame;
     if (continues) {
       if (!room_to_reference || total_ + h.payload > kBytes) return false;
       Reference(ip, headers, h.payload);
@@ -231,16 +251,27 @@ void TxBatch::Seal() {
     const uint32_t ip_len = len_[i] - kEth;
     VnetHeader& v = vnet_[i];
     v = {};
-    const uint32_t ihl = (ip[0] & 0x0fu) * 4;
-    if (ip_len < 40 || ip[9] != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) continue;
+    const bool ipv6 = IsIpv6(ip);
+    const uint32_t ihl = IpHeaderBytes(ip);
+    const uint8_t protocol = ipv6 ? ip[6] : ip[9];
+    if (ip_len < 40 || protocol != IPPROTO_TCP || ihl < 20 || ip_len < ihl + 20) continue;
     if (segments_[i] > 1) {
-      Put16(ip + 2, static_cast<uint16_t>(ip_len));
-      WriteIpChecksum(ip, ihl);
-      v.gso_type = VnetHeader::kGsoTcpV4;
+      if (ipv6) {
+        Put16(ip + 4, static_cast<uint16_t>(ip_len - ihl));  // payload length; no checksum
+      } else {
+        Put16(ip + 2, static_cast<uint16_t>(ip_len));
+        WriteIpChecksum(ip, ihl);
+      }
+      v.gso_type = ipv6 ? VnetHeader::kGsoTcpV6 : VnetHeader::kGsoTcpV4;
       v.gso_size = static_cast<uint16_t>(mss_[i]);
       v.hdr_len = static_cast<uint16_t>(kEth + ihl + (ip[ihl + 12] >> 4) * 4u);
     }
-    WritePseudoHeaderSum(ip, ihl, ip_len - ihl);
+    if (ipv6) {
+      Put16(ip + ihl + kTcpChecksumAt,
+            InetFold(Ipv6PseudoHeaderSum(ip, IPPROTO_TCP, ip_len - ihl)));
+    } else {
+      WritePseudoHeaderSum(ip, ihl, ip_len - ihl);
+    }
     v.flags = VnetHeader::kNeedsChecksum;
     v.csum_start = static_cast<uint16_t>(kEth + ihl);
     v.csum_offset = kTcpChecksumAt;
@@ -285,18 +316,21 @@ bool PacketTx::Queue(const uint8_t (&eth)[14], pbuf* ip) {
 void PacketTx::Flush() {
   if (batch_.empty()) return;
   batch_.Seal();  // again for frames kept from the last flush: it only rewrites their headers
-  sockaddr_ll to{};
-  to.sll_family = AF_PACKET;
-  to.sll_ifindex = ifindex_;
-  to.sll_protocol = htons(ETH_P_IP);
+  // The protocol becomes the skb's: GSO segments by it, so an IPv6 packet sent as ETH_P_IP
+  // was refused (ENOMEM for every GSO_TCPV6 packet, seen in LwipIpv6EchoTest/packet_socket).
+  sockaddr_ll to4{}, to6{};
+  to4.sll_family = to6.sll_family = AF_PACKET;
+  to4.sll_ifindex = to6.sll_ifindex = ifindex_;
+  to4.sll_protocol = htons(ETH_P_IP);
+  to6.sll_protocol = htons(ETH_P_IPV6);
   mmsghdr msgs[TxBatch::kMaxPackets];
   const uint32_t first = batch_.first_unsent();
   const uint32_t n = batch_.size();
   for (uint32_t i = first; i < n; ++i) {
     const auto iov = batch_.iovecs(i);
     msgs[i] = {};
-    msgs[i].msg_hdr.msg_name = &to;
-    msgs[i].msg_hdr.msg_namelen = sizeof(to);
+    msgs[i].msg_hdr.msg_name = batch_.ethertype(i) == ETH_P_IPV6 ? &to6 : &to4;
+    msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_ll);
     msgs[i].msg_hdr.msg_iov = const_cast<iovec*>(iov.data());
     msgs[i].msg_hdr.msg_iovlen = iov.size();
   }

@@ -30,6 +30,7 @@ namespace xdpfwd {
 struct VnetHeader {
   static constexpr uint8_t kNeedsChecksum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
   static constexpr uint8_t kGsoTcpV4 = 1;       // VIRTIO_NET_HDR_GSO_TCPV4
+  static constexpr uint8_t kGsoTcpV6 = 4;       // VIRTIO_NET_HDR_GSO_TCPV6
   uint8_t flags;
   uint8_t gso_type;
   uint16_t hdr_len;  // Ethernet, IP and TCP headers
@@ -95,12 +96,13 @@ class TxBatch {
   ~TxBatch();
   TxBatch(const TxBatch&) = delete;
   TxBatch& operator=(const TxBatch&) = delete;
-  // Queues `ip` (lwIP's IPv4 packet, a pbuf chain starting at the IP header) behind `eth`;
+  // Queues `ip` (lwIP's IPv4 or IPv6 packet, a pbuf chain starting at the IP header) behind `eth`;
   // appends it to the last frame instead where it is the next segment of the same flow. False:
   // no room left (send the batch and queue it again). May take a reference on `ip`.
   bool Add(const uint8_t (&eth)[14], pbuf* ip);
-  // Completes the headers (IP length and checksum, the TCP pseudo-header sum, the virtio-net
-  // header) of every frame; the batch is then ready for sendmmsg.
+  // Completes the headers (IPv4 length and checksum or IPv6 payload length, the TCP
+  // pseudo-header sum, the virtio-net header: GSO_TCPV4 or GSO_TCPV6) of every frame; the batch
+  // is then ready for sendmmsg.
   void Seal();
   // Empties the batch and lets go of the packets it referenced.
   void Clear();
@@ -128,6 +130,11 @@ class TxBatch {
   // Frame i's flow: a hash of its addresses and ports, never 0; 0 for a packet that is not TCP.
   uint32_t flow(uint32_t i) const { return flow_[i]; }
   bool bare_ack(uint32_t i) const { return bare_ack_[i]; }  // TCP, ACK flag alone, no payload
+  // Frame i's EtherType (host order): 0x0800 IPv4, 0x86dd IPv6.
+  uint16_t ethertype(uint32_t i) const {
+    const uint8_t* eth = bytes_.data() + at_[i];
+    return static_cast<uint16_t>(eth[12] << 8 | eth[13]);
+  }
   uint32_t pinned() const { return pinned_count_; }
 
  private:

@@ -1,5 +1,6 @@
-/* lwIP configuration for xdpfwd: NO_SYS, TCP over IPv4 only, driven by one busy-polling
- * worker. ARP, ICMP and routing stay with the kernel (DESIGN.md), so lwIP only does TCP.
+/* lwIP configuration for xdpfwd: NO_SYS, TCP over IPv4 and IPv6, driven by one busy-polling
+ * worker. ARP, neighbour discovery, ICMP and routing stay with the kernel (DESIGN.md), so lwIP
+ * only does TCP.
  * Numbers here are a first cut for a relay; the stack issue measures and tunes them. */
 #ifndef XDPFWD_LWIPOPTS_H
 #define XDPFWD_LWIPOPTS_H
@@ -13,9 +14,45 @@
 /* C++ code includes <arpa/inet.h>; lwIP must not define htons()/ntohs() macros over it. */
 #define LWIP_DONT_PROVIDE_BYTEORDER_FUNCTIONS 1
 
-/* ---- protocols: the kernel keeps ARP, ICMP, UDP, IPv6 and DHCP ---- */
+/* ---- protocols: the kernel keeps ARP, ND, ICMP, ICMPv6, UDP and DHCP ---- */
 #define LWIP_IPV4 1
-#define LWIP_IPV6 0
+/* Dual-stack (issue #31): a pcb's addresses are ip_addr_t, 20 bytes instead of 4, so every
+ * pcb grows by 32 bytes whatever its family (docs/stack.md, "IPv6"). */
+#define LWIP_IPV6 1
+/* What an IPv6 host needs besides TCP the kernel does for us, as for IPv4: neighbour
+ * discovery (next hops come from its neighbour table, stack/next_hop_route.h), router and
+ * prefix discovery, duplicate address detection, MLD, ICMPv6 (packet too big included: XDP
+ * passes every ICMPv6 packet to the kernel), fragments (passed to the kernel; TCP segments
+ * are sized to the MTU). lwIP still compiles nd6.c and runs nd6_tmr once a second over
+ * tables nothing fills, so they are one entry each. ICMPv6 stays compiled in: lwIP 2.1.3's
+ * ip6_input calls icmp6_param_problem for bad extension headers whatever LWIP_ICMP6 says (the
+ * link fails without it). It never runs here: the steering program passes every packet with
+ * an extension header, and every ICMPv6 packet, to the kernel. */
+#define LWIP_ICMP6 1
+#define LWIP_IPV6_MLD 0
+#define LWIP_IPV6_AUTOCONFIG 0
+#define LWIP_IPV6_ADDRESS_LIFETIMES 0
+#define LWIP_IPV6_SEND_ROUTER_SOLICIT 0
+#define LWIP_IPV6_DUP_DETECT_ATTEMPTS 0
+#define LWIP_IPV6_DHCP6 0
+#define LWIP_IPV6_FRAG 0
+#define LWIP_IPV6_REASS 0
+#define LWIP_IPV6_FORWARD 0
+#define LWIP_ND6_QUEUEING 0
+#define LWIP_ND6_NUM_NEIGHBORS 1
+#define LWIP_ND6_NUM_DESTINATIONS 1
+#define LWIP_ND6_NUM_PREFIXES 1
+#define LWIP_ND6_NUM_ROUTERS 1
+/* No MTU from router advertisements (the netif's MTU is the interface's), and no
+ * reachability hint into ND6's cache on every ACK that advances (a lookup per segment for a
+ * cache the kernel keeps instead). */
+#define LWIP_ND6_ALLOW_RA_UPDATES 0
+#define LWIP_ND6_TCP_REACHABILITY_HINTS 0
+/* One address per netif, as for IPv4: more local addresses are more netifs (--backend-source
+ * aliases). Zones off: a link-local address is never a connection's endpoint here, only a next
+ * hop, which NextHopRoute resolves outside lwIP; zones would add 4 bytes to every address. */
+#define LWIP_IPV6_NUM_ADDRESSES 1
+#define LWIP_IPV6_SCOPES 0
 #define LWIP_ARP 0               /* next-hop MACs come from the kernel's neighbour table */
 #define LWIP_ETHERNET 1
 #define LWIP_ICMP 0
@@ -171,6 +208,7 @@
 /* Route by source address first: a reply leaves through the netif that owns the connection's
  * local address (the client side or the backend side), whatever lwIP's subnet match says. */
 #define LWIP_HOOK_IP4_ROUTE_SRC(src, dest) xdpfwd_route_by_source((src), (dest))
+#define LWIP_HOOK_IP6_ROUTE(src, dest) xdpfwd_route6_by_source((src), (dest))
 /* A connection's TCP trouble (retransmission, RTO, fast recovery, zero windows; our patch 0036)
  * for the flight recorder. */
 #define LWIP_HOOK_TCP_TRACE(pcb, what, arg0, arg1) xdpfwd_tcp_trace((pcb), (what), (arg0), (arg1))

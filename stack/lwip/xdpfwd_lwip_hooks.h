@@ -55,6 +55,8 @@ void xdpfwd_ooseq_ack_cancel(struct tcp_pcb* pcb);
 
 /* The netif whose address is `src` (NULL src or no such netif: NULL, lwIP's own routing). */
 struct netif* xdpfwd_route_by_source(const ip4_addr_t* src, const ip4_addr_t* dest);
+/* The same for IPv6 (LWIP_HOOK_IP6_ROUTE; lwIP asks it only for a global source). */
+struct netif* xdpfwd_route6_by_source(const ip6_addr_t* src, const ip6_addr_t* dest);
 
 #ifdef __cplusplus
 }

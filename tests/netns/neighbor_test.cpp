@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "os/ip_address.h"
 #include "tests/support/netns_topology.h"
 
 namespace xdpfwd::test {
@@ -128,6 +129,56 @@ TEST_F(NeighborTest, LocalAndBroadcastDestinationsAreNotHosts) {
   ASSERT_FALSE(broadcast) << "got a route via " << broadcast->ifname;
   EXPECT_NE(broadcast.error().message().find("type broadcast"), std::string::npos)
       << broadcast.error().message();
+}
+
+in6_addr Addr6(const char* text) {
+  in6_addr addr{};
+  inet_pton(AF_INET6, text, &addr);
+  return addr;
+}
+
+std::string Text(const in6_addr& a) { return ToString(IpAddress::V6(a)); }
+
+// IPv6 (issue #31): in the client namespace, fd00:33::2/64 on its interface and a default route
+// through a router's link-local address, as IPv6 networks are usually set up. On-link, routed
+// and local destinations, and the interface's own global address (its link-local one is not
+// what the fast path serves).
+TEST_F(NeighborTest, Ipv6RoutesOnLinkViaALinkLocalGatewayAndTheInterfacesAddress) {
+  Topology topo;
+  const std::string dev = Topology::kNsIf;
+  for (const std::string& cmd : {"ip -6 addr add fd00:33::2/64 dev " + dev + " nodad",
+                                 "ip -6 route add default via fe80::1 dev " + dev}) {
+    const CommandResult r = topo.Run(topo.client_ns(), cmd);
+    ASSERT_EQ(r.status, 0) << cmd << ": " << r.output;
+  }
+  RunInNamespace(topo.client_ns(), [&] {
+    const int ifindex = IfIndex(dev);
+    auto on_link = LookupRoute(Addr6("fd00:33::7"));
+    ASSERT_TRUE(on_link) << on_link.error().message();
+    EXPECT_EQ(on_link->ifname, dev);
+    EXPECT_EQ(on_link->oif, ifindex);
+    EXPECT_EQ(Text(on_link->gateway), "::");
+    EXPECT_EQ(Text(on_link->next_hop), "fd00:33::7");
+
+    auto routed = LookupRoute(Addr6("2001:db8:99::1"));
+    ASSERT_TRUE(routed) << routed.error().message();
+    EXPECT_EQ(routed->ifname, dev);
+    EXPECT_EQ(Text(routed->gateway), "fe80::1");
+    EXPECT_EQ(Text(routed->next_hop), "fe80::1");
+    EXPECT_EQ(Text(routed->prefsrc), "fd00:33::2");
+
+    auto local = LookupRoute(Addr6("fd00:33::2"));
+    ASSERT_FALSE(local) << "got a route via " << local->ifname;
+    EXPECT_NE(local.error().message().find("type local"), std::string::npos)
+        << local.error().message();
+
+    auto own = InterfaceIpv6Address(ifindex);
+    ASSERT_TRUE(own) << own.error().message();
+    EXPECT_EQ(Text(own->addr), "fd00:33::2");
+    EXPECT_EQ(own->prefix_len, 64);
+    auto none = InterfaceIpv6Address(IfIndex("lo"));  // ::1 is host scope, not global
+    EXPECT_FALSE(none);
+  });
 }
 
 TEST_F(NeighborTest, ResolutionRequestFillsTheEntryWithArpAlone) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 extern "C" {
 #include "lwip/pbuf.h"
@@ -95,16 +96,33 @@ struct EchoCallbacks {
   }
 };
 
-LwipEchoServer::LwipEchoServer(in_addr addr, uint16_t port) {
-  tcp_pcb* pcb = tcp_new();
-  ip_addr_t ip;
-  IP_ADDR4(&ip, 0, 0, 0, 0);
-  ip_addr_set_ip4_u32(&ip, addr.s_addr);
+namespace {
+
+tcp_pcb* ListenOn(const ip_addr_t& ip, uint16_t port) {
+  tcp_pcb* pcb = tcp_new_ip_type(IP_GET_TYPE(&ip));
   if (pcb == nullptr || tcp_bind(pcb, &ip, port) != ERR_OK) {
     std::fprintf(stderr, "lwIP echo server: bind failed\n");
     std::abort();
   }
-  listener_ = tcp_listen(pcb);
+  return tcp_listen(pcb);
+}
+
+}  // namespace
+
+LwipEchoServer::LwipEchoServer(in_addr addr, uint16_t port) {
+  ip_addr_t ip;
+  ip_addr_set_ip4_u32(&ip, addr.s_addr);
+  listener_ = ListenOn(ip, port);
+  tcp_arg(listener_, this);
+  tcp_accept(listener_, EchoCallbacks::Accept);
+}
+
+LwipEchoServer::LwipEchoServer(const in6_addr& addr, uint16_t port) {
+  ip_addr_t ip;
+  uint32_t w[4];
+  std::memcpy(w, &addr, sizeof(w));
+  IP_ADDR6(&ip, w[0], w[1], w[2], w[3]);
+  listener_ = ListenOn(ip, port);
   tcp_arg(listener_, this);
   tcp_accept(listener_, EchoCallbacks::Accept);
 }

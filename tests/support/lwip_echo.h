@@ -14,8 +14,9 @@ namespace xdpfwd::test {
 
 class LwipEchoServer {
  public:
-  LwipEchoServer(in_addr addr, uint16_t port);  // aborts the test process if lwIP refuses
-  ~LwipEchoServer();                            // aborts live connections, closes the listener
+  LwipEchoServer(in_addr addr, uint16_t port);          // aborts the test process if lwIP refuses
+  LwipEchoServer(const in6_addr& addr, uint16_t port);  // the same on an IPv6 address
+  ~LwipEchoServer();  // aborts live connections, closes the listener
   uint64_t bytes_echoed() const { return bytes_echoed_; }
   uint64_t connections_closed() const { return closed_; }
   size_t open_connections() const { return conns_.size(); }

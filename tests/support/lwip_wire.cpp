@@ -16,7 +16,9 @@
 #include "xdpfwd_lwip_hooks.h"
 
 extern "C" {
+#include "lwip/ip.h"
 #include "lwip/ip4.h"
+#include "lwip/ip6_addr.h"
 #include "lwip/pbuf.h"
 #include "lwip/priv/tcp_priv.h"
 #include "lwip/prot/tcp.h"
@@ -57,7 +59,42 @@ std::ostream& operator<<(std::ostream& os, const PcbTuple& t) {
   return os << local << ':' << t.local_port << "->" << remote << ':' << t.remote_port;
 }
 
+namespace {
+
+std::optional<TcpSegment> ParseTcp6(const std::vector<uint8_t>& ip) {
+  constexpr size_t kHeader = 40;
+  if (ip.size() < kHeader + 20 || ip[6] != IP_PROTO_TCP) return std::nullopt;
+  const size_t total = kHeader + Be16(&ip[4]);
+  if (total > ip.size() || total < kHeader + 20) return std::nullopt;
+  const uint8_t* tcp = ip.data() + kHeader;
+  const size_t doff = (tcp[12] >> 4) * 4u;
+  if (doff < 20 || kHeader + doff > total) return std::nullopt;
+  TcpSegment s;
+  s.ipv6 = true;
+  std::memcpy(&s.src6, &ip[8], 16);
+  std::memcpy(&s.dst6, &ip[24], 16);
+  s.src_port = Be16(tcp);
+  s.dst_port = Be16(tcp + 2);
+  s.seq = Be32(tcp + 4);
+  s.ack = Be32(tcp + 8);
+  s.flags = tcp[13];
+  s.window = Be16(tcp + 14);
+  s.payload_len = total - kHeader - doff;
+  return s;
+}
+
+// An address as one word, for keys: IPv4's own, IPv6's four words folded.
+uint32_t AddressKey(const in_addr& v4, const in6_addr& v6, bool ipv6) {
+  if (!ipv6) return v4.s_addr;
+  uint32_t w[4];
+  std::memcpy(w, &v6, sizeof(w));
+  return w[0] ^ (w[1] * 3) ^ (w[2] * 5) ^ (w[3] * 7);
+}
+
+}  // namespace
+
 std::optional<TcpSegment> ParseTcp(const std::vector<uint8_t>& ip) {
+  if (!ip.empty() && (ip[0] >> 4) == 6) return ParseTcp6(ip);
   if (ip.size() < 20 || (ip[0] >> 4) != 4 || ip[9] != IP_PROTO_TCP) return std::nullopt;
   const size_t ihl = (ip[0] & 0x0fu) * 4u;
   const size_t total = Be16(&ip[2]);
@@ -88,14 +125,27 @@ ip_addr_t LwipWire::AddrB() {
   IP_ADDR4(&b, 10, 0, 0, 2);
   return b;
 }
+ip_addr_t LwipWire::Addr6A() {
+  ip_addr_t a;
+  IP_ADDR6_HOST(&a, 0xfd000000, 0, 0, 1);
+  return a;
+}
+ip_addr_t LwipWire::Addr6B() {
+  ip_addr_t b;
+  IP_ADDR6_HOST(&b, 0xfd000000, 0, 0, 2);
+  return b;
+}
 in_addr LwipWire::InAddrA() { return lwip_pcb::ToInAddr(AddrA()); }
 in_addr LwipWire::InAddrB() { return lwip_pcb::ToInAddr(AddrB()); }
 
 tcp_pcb* LwipWire::ListenOnB(uint16_t port, void* arg, tcp_accept_fn accept) {
-  tcp_pcb* pcb = tcp_new();
+  return Listen(AddrB(), port, arg, accept);
+}
+
+tcp_pcb* LwipWire::Listen(const ip_addr_t& addr, uint16_t port, void* arg, tcp_accept_fn accept) {
+  tcp_pcb* pcb = tcp_new_ip_type(IP_GET_TYPE(&addr));
   if (pcb == nullptr) return nullptr;
-  const ip_addr_t b = AddrB();
-  if (tcp_bind(pcb, &b, port) != ERR_OK) {
+  if (tcp_bind(pcb, &addr, port) != ERR_OK) {
     tcp_close(pcb);
     return nullptr;
   }
@@ -111,6 +161,7 @@ err_t LwipWire::InitNetif(struct netif* netif) {
   netif->name[1] = netif == &g_wire->a_ ? 'a' : 'b';
   netif->mtu = 1500;
   netif->output = Output;
+  netif->output_ip6 = Output6;
   netif->flags = NETIF_FLAG_LINK_UP;
   return ERR_OK;
 }
@@ -129,11 +180,18 @@ LwipWire::LwipWire() {
   const ip_addr_t a = AddrA(), b = AddrB();
   // The netifs route by source address (LWIP_HOOK_IP4_ROUTE_SRC): a pcb bound to 10.0.0.1
   // leaves through `a` even though both netifs share the subnet.
-  if (netif_add(&a_, ip_2_ip4(&a), &mask, &gw, this, InitNetif, ip4_input) == nullptr ||
-      netif_add(&b_, ip_2_ip4(&b), &mask, &gw, this, InitNetif, ip4_input) == nullptr) {
+  if (netif_add(&a_, ip_2_ip4(&a), &mask, &gw, this, InitNetif, ip_input) == nullptr ||
+      netif_add(&b_, ip_2_ip4(&b), &mask, &gw, this, InitNetif, ip_input) == nullptr) {
     ADD_FAILURE() << "netif_add refused a wired netif";
     return;
   }
+  // IPv6 beside IPv4, usable at once (lwIP's duplicate address detection is off), as the
+  // fast path's netif sets it (stack/lwip_netif.cpp).
+  const ip_addr_t a6 = Addr6A(), b6 = Addr6B();
+  netif_ip6_addr_set(&a_, 0, ip_2_ip6(&a6));
+  netif_ip6_addr_set(&b_, 0, ip_2_ip6(&b6));
+  netif_ip6_addr_set_state(&a_, 0, IP6_ADDR_PREFERRED);
+  netif_ip6_addr_set_state(&b_, 0, IP6_ADDR_PREFERRED);
   netif_set_up(&a_);
   netif_set_up(&b_);
 }
@@ -152,6 +210,14 @@ void LwipWire::SetClock() {
 }
 
 err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
+  return Queue(netif, p);
+}
+
+err_t LwipWire::Output6(struct netif* netif, struct pbuf* p, const ip6_addr_t*) {
+  return Queue(netif, p);
+}
+
+err_t LwipWire::Queue(struct netif* netif, struct pbuf* p) {
   LwipWire* wire = static_cast<LwipWire*>(netif->state);
   WirePacket packet;
   packet.from = netif;
@@ -162,7 +228,7 @@ err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
   }
   const std::optional<TcpSegment> tcp = ParseTcp(packet.bytes);
   if (!tcp) {
-    ADD_FAILURE() << "lwIP sent a packet that is not IPv4/TCP (" << p->tot_len << " bytes)";
+    ADD_FAILURE() << "lwIP sent a packet that is not TCP over IP (" << p->tot_len << " bytes)";
     return ERR_OK;
   }
   packet.tcp = *tcp;
@@ -182,7 +248,8 @@ err_t LwipWire::Output(struct netif* netif, struct pbuf* p, const ip4_addr_t*) {
 void LwipWire::CountRetransmission(const TcpSegment& tcp) {
   const uint32_t space = static_cast<uint32_t>(tcp.payload_len) + ((tcp.flags & TCP_SYN) != 0) +
                          ((tcp.flags & TCP_FIN) != 0);
-  const auto key = std::make_tuple(tcp.src.s_addr, tcp.src_port, tcp.dst.s_addr, tcp.dst_port);
+  const auto key = std::make_tuple(AddressKey(tcp.src, tcp.src6, tcp.ipv6), tcp.src_port,
+                                   AddressKey(tcp.dst, tcp.dst6, tcp.ipv6), tcp.dst_port);
   auto it = sent_spans_.find(key);
   if (space == 0) {
     if (it != sent_spans_.end() && static_cast<int32_t>(tcp.seq - it->second.end) < 0) {
@@ -216,9 +283,16 @@ void LwipWire::Replay(const WirePacket& packet) {
 
 void LwipWire::Deliver(const WirePacket& packet) {
   struct netif* to = packet.from == &a_ ? &b_ : &a_;
-  if (packet.tcp.dst.s_addr != ip4_addr_get_u32(netif_ip4_addr(to))) {
-    ADD_FAILURE() << "packet to " << inet_ntoa(packet.tcp.dst) << " left through "
-                  << packet.from->name[0] << packet.from->name[1]
+  if (packet.tcp.ipv6 ? std::memcmp(&packet.tcp.dst6, netif_ip6_addr(to, 0)->addr, 16) != 0
+                      : packet.tcp.dst.s_addr != ip4_addr_get_u32(netif_ip4_addr(to))) {
+    char dst[INET6_ADDRSTRLEN] = {};
+    if (packet.tcp.ipv6) {
+      inet_ntop(AF_INET6, &packet.tcp.dst6, dst, sizeof(dst));
+    } else {
+      inet_ntop(AF_INET, &packet.tcp.dst, dst, sizeof(dst));
+    }
+    ADD_FAILURE() << "packet to " << dst << " left through " << packet.from->name[0]
+                  << packet.from->name[1]
                   << ", whose peer does not own that address (routing by source failed?)";
     return;
   }

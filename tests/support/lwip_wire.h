@@ -1,5 +1,6 @@
 // Two lwIP netifs wired back to back in memory: what one sends, Pump() hands to the other's
-// ip4_input. Tests lwIP's TCP (and our patches to it) in-process, without root or AF_XDP.
+// ip_input (IPv4 or IPv6: lwIP is dual-stack). Tests lwIP's TCP (and our patches to it) in-process,
+// without root or AF_XDP.
 #pragma once
 
 #include <netinet/in.h>
@@ -22,9 +23,12 @@ extern "C" {
 
 namespace xdpfwd::test {
 
-// The TCP header fields of an IPv4 packet on the wire (ports and numbers in host order).
+// The TCP header fields of an IPv4 or IPv6 packet on the wire (ports and numbers in host
+// order).
 struct TcpSegment {
-  in_addr src{}, dst{};
+  in_addr src{}, dst{};  // IPv4
+  bool ipv6 = false;
+  in6_addr src6{}, dst6{};  // IPv6
   uint16_t src_port = 0, dst_port = 0;
   uint32_t seq = 0, ack = 0;
   uint8_t flags = 0;  // TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK from lwip/prot/tcp.h
@@ -32,12 +36,13 @@ struct TcpSegment {
   uint16_t window = 0;  // as on the wire (not scaled): 0 is a closed window
 };
 
-// Parses an IPv4/TCP packet; nullopt for anything else or a truncated header.
+// Parses an IPv4/TCP or IPv6/TCP packet (TCP right after IPv6's fixed header, as lwIP sends
+// it); nullopt for anything else or a truncated header.
 std::optional<TcpSegment> ParseTcp(const std::vector<uint8_t>& ip_packet);
 
 struct WirePacket {
   struct netif* from = nullptr;  // the netif lwIP sent it through
-  std::vector<uint8_t> bytes;    // the IPv4 packet
+  std::vector<uint8_t> bytes;    // the IP packet
   TcpSegment tcp;                // parsed (every packet in these tests is TCP)
   uint64_t due_tick = 0;         // the Tick() count at which Pump() may deliver it (latency)
 };
@@ -51,7 +56,7 @@ enum class WireVerdict {
 
 struct WireCounters {
   uint64_t sent = 0;                                 // packets lwIP handed to either netif's output
-  uint64_t delivered = 0;                            // packets given to the other side's ip4_input
+  uint64_t delivered = 0;                            // packets given to the other side's ip_input
   uint64_t dropped = 0;                              // by the filter
   uint64_t syn = 0, fin = 0, rst = 0, pure_ack = 0;  // among `sent`
   // Among `sent`: segments carrying sequence space (data, SYN, FIN) that start below what
@@ -76,7 +81,8 @@ struct PcbTuple {
 };
 std::ostream& operator<<(std::ostream& os, const PcbTuple& t);  // for gtest messages
 
-// Netif `a` is 10.0.0.1/24 and `b` 10.0.0.2/24, MTU 1500, checksums generated and checked.
+// Netif `a` is 10.0.0.1/24 and fd00::1, `b` 10.0.0.2/24 and fd00::2, MTU 1500, checksums
+// generated and checked.
 // lwIP's state is global: one LwipWire at a time per process (the constructor fails the test
 // otherwise). Every call happens on the test's thread. Helpers report problems as gtest
 // failures; none aborts the process (lwIP's own LWIP_ASSERTs still do).
@@ -95,11 +101,15 @@ class LwipWire {
   }
   static ip_addr_t AddrA();
   static ip_addr_t AddrB();
+  static ip_addr_t Addr6A();  // fd00::1
+  static ip_addr_t Addr6B();  // fd00::2
   static in_addr InAddrA();
   static in_addr InAddrB();
   // A pcb listening on B:port that calls accept(arg, ...) for each connection; nullptr if lwIP
   // could not make one (no pcb, port taken).
   static tcp_pcb* ListenOnB(uint16_t port, void* arg, tcp_accept_fn accept);
+  // The same on any local address (B's IPv6 one, say).
+  static tcp_pcb* Listen(const ip_addr_t& addr, uint16_t port, void* arg, tcp_accept_fn accept);
 
   // Delivers queued packets, and what they provoke, until the wire is quiet. Each round takes
   // everything queued so far, then releases the out-of-order ACKs lwIP held (patch 0033), as
@@ -150,6 +160,8 @@ class LwipWire {
 
  private:
   static err_t Output(struct netif* netif, struct pbuf* p, const ip4_addr_t* next_hop);
+  static err_t Output6(struct netif* netif, struct pbuf* p, const ip6_addr_t* next_hop);
+  static err_t Queue(struct netif* netif, struct pbuf* p);
   static err_t InitNetif(struct netif* netif);
   void Deliver(const WirePacket& packet);
   struct pbuf* ExternalChain(const std::vector<uint8_t>& bytes);

@@ -36,13 +36,6 @@ std::array<uint8_t, 16> ParseIp6(const std::string& text) {
   return a;
 }
 
-// The 16-bit words of an IPv6 address, summed (its share of a pseudo-header's checksum).
-uint32_t SumWords(const std::array<uint8_t, 16>& a) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < a.size(); i += 2) sum += static_cast<uint32_t>(a[i] << 8 | a[i + 1]);
-  return sum;
-}
-
 }  // namespace
 
 uint16_t InternetChecksum(const uint8_t* data, size_t len, uint32_t sum) {
@@ -145,7 +138,8 @@ std::vector<uint8_t> Packet::Build() const {
       f.push_back(last ? ip6_->next_header : ip6_->exts[i + 1].type);
       f.insert(f.end(), ip6_->exts[i].body.begin(), ip6_->exts[i].body.end());
     }
-    PutTransport(f, SumWords(ip6_->src) + SumWords(ip6_->dst) + ip6_->next_header);
+    // The pseudo-header's addresses and next header (PutTransport adds the length).
+    PutTransport(f, Ipv6PseudoHeaderSum(&f[ip_at], ip6_->next_header, 0));
     Set16(f, ip_at + 4, static_cast<uint16_t>(f.size() - ip_at - 40));
   } else if (ip_) {
     const size_t ip_at = f.size();

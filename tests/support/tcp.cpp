@@ -75,6 +75,26 @@ UniqueFd TcpConnect(const std::string& ns, const in_addr& addr, uint16_t port) {
   return fd;
 }
 
+UniqueFd TcpConnect(const std::string& ns, const in6_addr& addr, uint16_t port) {
+  UniqueFd fd;
+  RunInNamespace(ns, [&] {
+    fd.reset(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) Fail("socket");
+    sockaddr_in6 sa{};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_addr = addr;
+    sa.sin6_port = htons(port);
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET6, &addr, text, sizeof(text));
+      Fail(std::string("connect [") + text + "]:" + std::to_string(port));
+    }
+    const int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  });
+  return fd;
+}
+
 uint16_t LocalPort(int fd) {
   sockaddr_in sa{};
   socklen_t len = sizeof(sa);

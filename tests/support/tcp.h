@@ -17,6 +17,7 @@ namespace xdpfwd::test {
 UniqueFd TcpListen(const std::string& ns, const in_addr& addr, uint16_t port = 0);
 // Connected TCP socket from `ns` to addr:port; throws on failure.
 UniqueFd TcpConnect(const std::string& ns, const in_addr& addr, uint16_t port);
+UniqueFd TcpConnect(const std::string& ns, const in6_addr& addr, uint16_t port);
 uint16_t LocalPort(int fd);
 
 // FNV-1a, 64 bit: order-sensitive, enough to catch lost, duplicated or reordered bytes.

@@ -126,6 +126,29 @@ TEST(LwipIsn, DiffersAcrossTuplesAndIsNotConstant) {
   EXPECT_NE(y, z);
 }
 
+// IPv6 tuples (issue #31) that differ only in the last bit of an address, or only in the prefix,
+// get unrelated ISNs: the hash covers every word of both addresses. Calls a few microseconds
+// apart differ by a few clock ticks (4 us each) at most; a hash that missed the difference
+// would leave only that, a keyed hash differs by far more but for a 1-in-32768 chance.
+TEST(LwipIsn, Ipv6TuplesThatDifferAnywhereInTheAddressesDiffer) {
+  ip_addr_t a, b, b_last, b_prefix;
+  IP_ADDR6_HOST(&a, 0x20010db8, 0, 0, 1);
+  IP_ADDR6_HOST(&b, 0x20010db8, 0, 0, 2);
+  IP_ADDR6_HOST(&b_last, 0x20010db8, 0, 0, 3);
+  IP_ADDR6_HOST(&b_prefix, 0x20010db9, 0, 0, 2);
+  const u32_t x = xdpfwd_tcp_isn(&a, 61000, &b, 9001);
+  const u32_t y = xdpfwd_tcp_isn(&a, 61000, &b_last, 9001);
+  const u32_t z = xdpfwd_tcp_isn(&a, 61000, &b_prefix, 9001);
+  const u32_t w = xdpfwd_tcp_isn(&b, 61000, &a, 9001);
+  auto far = [](u32_t p, u32_t q) {
+    const int64_t d = static_cast<int32_t>(p - q);
+    return d > (1 << 16) || d < -(1 << 16);
+  };
+  EXPECT_TRUE(far(x, y)) << x << " " << y;
+  EXPECT_TRUE(far(x, z)) << x << " " << z;
+  EXPECT_TRUE(far(x, w)) << x << " " << w;
+}
+
 // The hash behind those ISNs is SipHash-2-4: the authors' reference vector for a 16-byte message
 // (vectors.h of the SipHash reference code, vectors_sip64[16]: key 00..0f, message 00..0f, the
 // tag db 9b c2 57 7f cc 2a 3f, least significant byte first).

@@ -2,7 +2,10 @@
 // within its bound (least recently used out first), and a learned entry past its validity is
 // still used while the kernel is asked. The interface index is 0 (none), so every question to
 // the kernel finds nothing: the counters show each one.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "stack/next_hop_cache.h"
 #include "stack/next_hop_route.h"
@@ -18,6 +21,14 @@ in_addr Ip(uint32_t host_order) {
 }
 
 MacAddress Mac(uint8_t last) { return MacAddress{0x02, 0, 0, 0, 0, last}; }
+
+in6_addr Ip6(const char* text) {
+  in6_addr a{};
+  EXPECT_EQ(inet_pton(AF_INET6, text, &a), 1) << text;
+  return a;
+}
+
+bool Same(const in6_addr& a, const in6_addr& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
 TEST(NextHopCache, LearnedPeersNeedNoKernelLookup) {
   NextHopCache cache(0);
@@ -111,6 +122,87 @@ TEST(NextHopRoute, ASynFromAnOnLinkPeerTeachesItsMacAndDataFramesDoNot) {
                        .Build();
   lan.LearnFromSyn(cut.data(), cut.size(), 1000);
   EXPECT_EQ(lan.next_hops().size(), 1u) << "a frame cut before the TCP flags teaches nothing";
+}
+
+// IPv6 (issue #31): the interface 2001:db8:1::1/64 behind the router fe80::1 (a link-local
+// gateway, as IPv6 routers usually are). On-link: the /64, any link-local address, and with no
+// gateway everything; a prefix that ends inside a byte is compared to the bit.
+TEST(NextHopRoute, Ipv6OnLinkPrefixesAndLinkLocalPeersDirectlyTheRestThroughTheGateway) {
+  Ipv6Interface v6;
+  v6.addr = Ip6("2001:db8:1::1");
+  v6.prefix_len = 64;
+  v6.gateway = Ip6("fe80::1");
+  NextHopRoute lan(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0x0a0000fe), v6);
+  EXPECT_TRUE(lan.OnLink(Ip6("2001:db8:1::2")));
+  EXPECT_TRUE(lan.OnLink(Ip6("2001:db8:1:0:ffff::9")));
+  EXPECT_FALSE(lan.OnLink(Ip6("2001:db8:1:1::2")));
+  EXPECT_FALSE(lan.OnLink(Ip6("2001:db8:2::1")));
+  EXPECT_TRUE(lan.OnLink(Ip6("fe80::1234"))) << "link-local is on every link";
+  EXPECT_TRUE(Same(lan.NextHop(Ip6("2001:db8:1::2")), Ip6("2001:db8:1::2")));
+  EXPECT_TRUE(Same(lan.NextHop(Ip6("2001:db8:9::2")), Ip6("fe80::1")));
+  EXPECT_TRUE(Same(lan.NextHop(Ip6("fe80::77")), Ip6("fe80::77")));
+  // IPv4 is unchanged beside it.
+  EXPECT_EQ(lan.NextHop(Ip(0x0b000002)).s_addr, Ip(0x0a0000fe).s_addr);
+
+  v6.prefix_len = 61;  // 2001:db8:1::/61 holds 2001:db8:1:0-7::
+  NextHopRoute odd(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0), v6);
+  EXPECT_TRUE(odd.OnLink(Ip6("2001:db8:1:7::1")));
+  EXPECT_FALSE(odd.OnLink(Ip6("2001:db8:1:8::1")));
+  v6.gateway = Ip6("::");
+  NextHopRoute flat(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0), v6);
+  EXPECT_TRUE(flat.OnLink(Ip6("2001:db8:9::2"))) << "no gateway: everything is on-link";
+}
+
+TEST(NextHopRoute, Ipv6SynFromAnOnLinkPeerTeachesItsMacAndOneBehindTheRouterDoesNot) {
+  Ipv6Interface v6;
+  v6.addr = Ip6("2001:db8:1::1");
+  v6.prefix_len = 64;
+  v6.gateway = Ip6("fe80::1");
+  NextHopRoute lan(0, Ip(0x0a000001), Ip(0xffffff00), Ip(0), v6);
+  const test::Mac peer{2, 0, 0, 0, 0, 7};
+  const auto data = test::Packet()
+                        .Eth(0x86dd, peer)
+                        .IPv6("2001:db8:1::2", "2001:db8:1::1")
+                        .Tcp(40000, 9001, 0x10)
+                        .Payload("x")
+                        .Build();
+  lan.LearnFromSyn(data.data(), data.size(), 1000);
+  EXPECT_EQ(lan.next_hops().size(), 0u) << "an ACK with data teaches nothing";
+  const auto syn = test::Packet()
+                       .Eth(0x86dd, peer)
+                       .IPv6("2001:db8:1::2", "2001:db8:1::1")
+                       .Tcp(40000, 9001, 0x02)
+                       .Build();
+  lan.LearnFromSyn(syn.data(), syn.size(), 1000);
+  EXPECT_EQ(lan.Resolve(Ip6("2001:db8:1::2"), 1001), Mac(7));
+  const auto routed = test::Packet()
+                          .Eth(0x86dd, test::Mac{2, 0, 0, 0, 0, 8})
+                          .IPv6("2001:db8:5::2", "2001:db8:1::1")
+                          .Tcp(40000, 9001, 0x02)
+                          .Build();
+  lan.LearnFromSyn(routed.data(), routed.size(), 1000);
+  EXPECT_EQ(lan.next_hops().size(), 1u) << "behind the router the frame's MAC is the router's";
+  const auto cut = test::Packet()
+                       .Eth(0x86dd, test::Mac{2, 0, 0, 0, 0, 9})
+                       .IPv6("2001:db8:1::3", "2001:db8:1::1")
+                       .Tcp(40000, 9001, 0x02)
+                       .TruncateTo(14 + 40 + 10)
+                       .Build();
+  lan.LearnFromSyn(cut.data(), cut.size(), 1000);
+  EXPECT_EQ(lan.next_hops().size(), 1u) << "a frame cut before the TCP flags teaches nothing";
+}
+
+// An IPv4 address and the IPv6 address whose first four bytes are the same are two next hops.
+TEST(NextHopCache, Ipv6AndIpv4EntriesAreApart) {
+  NextHopCache cache(0);
+  in6_addr six{};
+  const in_addr four = Ip(0x0a000002);
+  std::memcpy(&six, &four, sizeof(four));
+  cache.Learn(four, Mac(4), 1000);
+  cache.Learn(IpAddress::V6(six), Mac(6), 1000);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.Lookup(four, 1001), Mac(4));
+  EXPECT_EQ(cache.Lookup(IpAddress::V6(six), 1001), Mac(6));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "stack/worker.h"
@@ -43,6 +46,8 @@ struct Segment {
   // The payload in the headers' pbuf (0, as lwIP's oversized PBUF_RAM) or in this many pbufs
   // chained behind it.
   uint32_t payload_pbufs = 1;
+  bool ipv6 = false;  // fd00::1 -> fd00::<peer> instead of 10.0.0.1 -> 10.0.0.2
+  uint8_t peer = 2;
 };
 
 uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
@@ -52,16 +57,29 @@ uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2
 // first pbuf and the payload behind them (as lwIP chains a segment's data behind its headers).
 pbuf* Build(const Segment& s) {
   const uint32_t tcp_len = 20 + static_cast<uint32_t>(s.options.size());
-  std::vector<uint8_t> h(20 + tcp_len, 0);
-  h[0] = 0x45;
-  const uint16_t tot = static_cast<uint16_t>(h.size() + s.payload);
-  h[2] = static_cast<uint8_t>(tot >> 8);
-  h[3] = static_cast<uint8_t>(tot);
-  h[8] = 64;
-  h[9] = IPPROTO_TCP;
-  const uint8_t addrs[8] = {10, 0, 0, 1, 10, 0, 0, 2};
-  std::memcpy(&h[12], addrs, 8);
-  uint8_t* t = &h[20];
+  const uint32_t ip_len = s.ipv6 ? 40 : 20;
+  std::vector<uint8_t> h(ip_len + tcp_len, 0);
+  if (s.ipv6) {
+    h[0] = 0x60;
+    const uint16_t plen = static_cast<uint16_t>(tcp_len + s.payload);
+    h[4] = static_cast<uint8_t>(plen >> 8);
+    h[5] = static_cast<uint8_t>(plen);
+    h[6] = IPPROTO_TCP;
+    h[7] = 64;
+    h[8] = h[24] = 0xfd;
+    h[23] = 1;
+    h[39] = s.peer;
+  } else {
+    h[0] = 0x45;
+    const uint16_t tot = static_cast<uint16_t>(h.size() + s.payload);
+    h[2] = static_cast<uint8_t>(tot >> 8);
+    h[3] = static_cast<uint8_t>(tot);
+    h[8] = 64;
+    h[9] = IPPROTO_TCP;
+    const uint8_t addrs[8] = {10, 0, 0, 1, 10, 0, 0, s.peer};
+    std::memcpy(&h[12], addrs, 8);
+  }
+  uint8_t* t = &h[ip_len];
   t[0] = static_cast<uint8_t>(s.sport >> 8);
   t[1] = static_cast<uint8_t>(s.sport);
   t[2] = 0x23;
@@ -153,6 +171,71 @@ TEST_F(TxBatchTest, ConsecutiveSegmentsOfAFlowBecomeOneGsoPacketWithLinuxsHeader
   EXPECT_EQ(v.hdr_len, 54u);
   EXPECT_EQ(v.csum_start, 34u);
   EXPECT_EQ(v.csum_offset, 16u);
+}
+
+// The same for IPv6 (issue #31): no header checksum, the payload length instead of the total
+// length, GSO_TCPV6, and the checksum field holding RFC 8200's pseudo-header sum.
+TEST_F(TxBatchTest, Ipv6SegmentsOfAFlowBecomeOneGsoTcpV6Packet) {
+  Segment s;
+  s.ipv6 = true;
+  AddRun(3, s);
+  Segment last = s;
+  last.seq = s.seq + 3 * kMss;
+  last.fill = static_cast<uint8_t>(3 * kMss);
+  last.payload = 700;
+  last.flags = kAck | kPsh;
+  ASSERT_TRUE(Add(last));
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 1u);
+  EXPECT_EQ(batch_.segments(0), 4u);
+  const std::vector<uint8_t> f = batch_.Frame(0);
+  const uint32_t payload = 3 * kMss + 700;
+  ASSERT_EQ(f.size(), 14u + 60 + payload);
+  const uint8_t* ip = f.data() + 14;
+  EXPECT_EQ(ip[0] >> 4, 6);
+  EXPECT_EQ(Get16(ip + 4), 20 + payload) << "the payload length of the whole packet";
+  const uint8_t* tcp = ip + 40;
+  EXPECT_EQ(Get32(tcp + 4), 1000u);
+  EXPECT_EQ(tcp[13], kAck | kPsh);
+  EXPECT_EQ(Get16(tcp + 16), InetFold(Ipv6PseudoHeaderSum(ip, IPPROTO_TCP, 20 + payload)));
+  for (uint32_t i = 0; i < payload; ++i) {
+    ASSERT_EQ(tcp[20 + i], static_cast<uint8_t>(i)) << "payload byte " << i;
+  }
+  const VnetHeader& v = batch_.vnet(0);
+  EXPECT_EQ(v.flags, VnetHeader::kNeedsChecksum);
+  EXPECT_EQ(v.gso_type, VnetHeader::kGsoTcpV6);
+  EXPECT_EQ(v.gso_size, kMss);
+  EXPECT_EQ(v.hdr_len, 74u);
+  EXPECT_EQ(v.csum_start, 54u);
+  EXPECT_EQ(v.csum_offset, 16u);
+  // One segment alone: no GSO, its checksum offloaded all the same.
+  batch_.Clear();
+  ASSERT_TRUE(Add(s));
+  batch_.Seal();
+  EXPECT_EQ(batch_.vnet(0).gso_type, 0);
+  EXPECT_EQ(batch_.vnet(0).csum_start, 54u);
+}
+
+// IPv6 flows that differ only in the last byte of an address (where IPv4's offsets would not
+// look) are two flows; nor does an IPv4 segment continue an IPv6 one.
+TEST_F(TxBatchTest, Ipv6SegmentsOfOtherFlowsOrAnotherFamilyAreNotMerged) {
+  Segment s;
+  s.ipv6 = true;
+  ASSERT_TRUE(Add(s));
+  Segment other = s;
+  other.peer = 3;
+  other.seq = s.seq + kMss;
+  ASSERT_TRUE(Add(other));
+  Segment v4 = other;
+  v4.ipv6 = false;
+  v4.seq = other.seq + kMss;
+  ASSERT_TRUE(Add(v4));
+  batch_.Seal();
+  ASSERT_EQ(batch_.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(batch_.segments(i), 1u) << "packet " << i;
+  EXPECT_NE(batch_.flow(0), batch_.flow(1));
+  EXPECT_NE(batch_.flow(0), 0u);
+  EXPECT_EQ(batch_.vnet(2).csum_start, 34u);
 }
 
 TEST_F(TxBatchTest, OnlyTheNextSegmentOfTheSameFlowAfterFullOnesIsMerged) {
@@ -309,6 +392,41 @@ TEST_F(TxBatchTest, AFullBatchRefusesAndClearStartsAgain) {
   batch_.Clear();
   EXPECT_TRUE(batch_.empty());
   EXPECT_TRUE(Add(bare));
+}
+
+// The packet socket's destination protocol becomes the skb's, and the kernel segments a GSO
+// packet by it: an IPv6 packet leaves as ETH_P_IPV6, an IPv4 one as ETH_P_IP (with ETH_P_IP for
+// all, every GSO_TCPV6 packet was refused, ENOMEM, in LwipIpv6EchoTest/packet_socket).
+TEST(PacketTxFamilyTest, EachPacketLeavesWithItsOwnProtocol) {
+  InitLwipOnce();
+  std::vector<uint16_t> protocols;
+  auto tx = PacketTx::ForTest(
+      [&](mmsghdr* msgs, unsigned count) -> int {
+        for (unsigned i = 0; i < count; ++i) {
+          const auto* to = static_cast<const sockaddr_ll*>(msgs[i].msg_hdr.msg_name);
+          EXPECT_EQ(msgs[i].msg_hdr.msg_namelen, sizeof(sockaddr_ll));
+          protocols.push_back(ntohs(to->sll_protocol));
+        }
+        return static_cast<int>(count);
+      },
+      "test0");
+  constexpr uint8_t kEth6[14] = {2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd};
+  Segment v4;
+  Segment v6;
+  v6.ipv6 = true;
+  v6.sport = 40001;
+  for (const auto& [eth, segment] : {std::pair{&kEth, v4}, std::pair{&kEth6, v6}}) {
+    for (int k = 0; k < 2; ++k) {  // two segments of the flow: one GSO packet
+      Segment s = segment;
+      s.seq += static_cast<uint32_t>(k) * kMss;
+      pbuf* p = Build(s);
+      ASSERT_TRUE(tx->Queue(*eth, p));
+      pbuf_free(p);
+    }
+  }
+  tx->Flush();
+  EXPECT_EQ(protocols, (std::vector<uint16_t>{ETH_P_IP, ETH_P_IPV6}));
+  EXPECT_EQ(tx->stats().gso_packets, 2u);
 }
 
 // PacketTx::Flush when the kernel refuses a packet (stack/packet_tx.h). The kernel is replaced

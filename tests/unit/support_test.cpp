@@ -49,6 +49,19 @@ TEST(PacketBuilder, TcpFrameHasValidChecksumsAndLengths) {
   EXPECT_EQ(f[14 + 2] << 8 | f[14 + 3], 45);  // IP total length
 }
 
+// The IPv6 SYN of InetChecksumTest.AnIpv6TcpSegmentsPseudoHeaderGivesItsKnownChecksum, built
+// here: the builder's checksum is that test's known answer, b26b.
+TEST(PacketBuilder, Ipv6TcpChecksumIsTheKnownAnswer) {
+  const auto f = Packet()
+                     .Eth(0x86dd)
+                     .IPv6("2001:db8::1", "2001:db8:0:1::2")
+                     .Tcp(40000, 443, kSyn, 0x01020304)
+                     .Build();
+  ASSERT_EQ(f.size(), 14u + 40 + 20);
+  EXPECT_EQ(f[14 + 4] << 8 | f[14 + 5], 20);  // payload length
+  EXPECT_EQ(f[14 + 40 + 16] << 8 | f[14 + 40 + 17], 0xb26b);
+}
+
 TEST(PacketBuilder, OptionsFragmentsAndTruncation) {
   const auto opt =
       Packet().Eth().IPv4("1.2.3.4", "5.6.7.8").IpOptions({1, 1, 1}).Tcp(1, 2, kAck).Build();
