@@ -32,7 +32,7 @@ TEST_F(AutoModeTest, KernelConnectionSurvivesTheProgramAttaching) {
     ExpectEchoedMiB(client.get(), 4);
   }
   c = fwd.WaitForStats([](const Counters& s) { return Get(s, "fast.completed") == 1; });
-  EXPECT_EQ(Get(c, "fast.accepted"), 1u);
+  EXPECT_EQ(Get(c, "fast.accepted"), 1u) << fwd.output();
   EXPECT_EQ(Get(c, "kernel.accepted"), 0u);
   EXPECT_EQ(Get(c, "steer.redirect_new_flow"), 1u);
   EXPECT_EQ(fwd.Stop(), 0) << fwd.output();

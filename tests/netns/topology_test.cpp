@@ -1,12 +1,17 @@
 // The namespace topology itself: bytes cross from the client namespace to a server in the
 // server namespace through the root namespace's routing (both directions, hashes checked),
 // ping works, and everything is gone after the fixture, also when a test body throws.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "tests/support/netns_topology.h"
 #include "tests/support/tcp.h"
@@ -109,6 +114,41 @@ TEST_F(TopologyTest, TwoTopologiesAtOnceDoNotCollide) {
   EXPECT_NE(ToString(a.server_addr()), ToString(b.server_addr()));
   const auto r = b.Run(b.client_ns(), "ping -c 1 -W 2 " + ToString(b.server_addr()));
   EXPECT_EQ(r.status, 0) << r.output;
+}
+
+// A new topology keeps off a subnet the root namespace still holds sockets on (a TIME_WAIT
+// left by an earlier test's kernel path, say, which would take a new client's SYN with the
+// same 4-tuple) while a clean one is free: with a listener bound (IP_FREEBIND) on 198.18.k.1
+// for every k but three unrouted ones, the topology takes one of the three.
+TEST_F(TopologyTest, KeepsOffSubnetsTheRootNamespaceHoldsSocketsOn) {
+  std::vector<int> clean;
+  std::vector<UniqueFd> held;
+  for (int k = 1; k <= 250; ++k) {
+    if (k >= 100 && k < 200) continue;  // the benchmark smoke test's
+    const std::string subnet = std::to_string(k) + ".0/24";
+    const bool routed = !RunCommand("", "ip -4 route show 198.18." + subnet).output.empty() ||
+                        !RunCommand("", "ip -4 route show 198.19." + subnet).output.empty();
+    if (!routed && clean.size() < 3) {
+      clean.push_back(k);
+      continue;
+    }
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(fd);
+    const int one = 1;
+    ASSERT_EQ(setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)), 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ASSERT_EQ(inet_pton(AF_INET, ("198.18." + std::to_string(k) + ".1").c_str(), &a.sin_addr), 1);
+    ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)), 0) << k;
+    ASSERT_EQ(listen(fd.get(), 1), 0);
+    held.push_back(std::move(fd));
+  }
+  if (clean.size() < 3) GTEST_SKIP() << "fewer than 3 unrouted subnets to leave clean";
+  Topology topo;
+  const in_addr gw = topo.client_gw();
+  const auto* b = reinterpret_cast<const unsigned char*>(&gw.s_addr);
+  EXPECT_NE(std::find(clean.begin(), clean.end(), b[2]), clean.end())
+      << "took 198.18." << int{b[2]} << ".0/24, not one of the clean three";
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -73,6 +74,46 @@ class SubnetLock {
   static constexpr const char* kPath = "/run/lock/xdpfwd-test-subnets";
   UniqueFd fd_;
 };
+
+// TCP sockets of this namespace (the root one, where topologies are built), any state, TIME_WAIT
+// included, counted per k of 198.18.k.0/24 and 198.19.k.0/24 by either end, from /proc/net/tcp
+// and tcp6 (IPv4-mapped ends). A topology that reuses a k the kernel still holds sockets on can
+// meet them: a client's SYN with a 4-tuple the root namespace keeps in TIME_WAIT goes to the
+// kernel, whatever the test expected (auto mode gives such a SYN to the kernel on purpose), and
+// a test that made 10,000 connections from its client address can have cycled through the
+// whole ephemeral range of that address pair in the last minute.
+std::vector<int> RootSocketsPerSubnet() {
+  std::vector<int> per_k(256, 0);
+  auto count = [&](const in_addr& a) {
+    const auto* b = reinterpret_cast<const unsigned char*>(&a.s_addr);
+    if (b[0] == 198 && (b[1] == 18 || b[1] == 19)) ++per_k[b[2]];
+  };
+  // "%08X" of the address as it lies in memory, read back as a host-order integer.
+  auto parse_v4 = [](const std::string& hex) {
+    in_addr a{};
+    a.s_addr = static_cast<in_addr_t>(std::stoul(hex, nullptr, 16));
+    return a;
+  };
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote;
+      if (!(fields >> slot >> local >> remote)) continue;
+      for (const std::string& end : {local, remote}) {
+        const std::string addr = end.substr(0, end.find(':'));
+        if (addr.size() == 8) {
+          count(parse_v4(addr));
+        } else if (addr.size() == 32 && addr.compare(0, 24, "0000000000000000FFFF0000") == 0) {
+          count(parse_v4(addr.substr(24)));
+        }
+      }
+    }
+  }
+  return per_k;
+}
 
 }  // namespace
 
@@ -203,15 +244,19 @@ void Topology::Build(const TopologyOptions& options) {
   // both route it, and one topology's packets would go to the other's veth.
   {
     const SubnetLock lock;
+    // Among the unrouted k, the first the root namespace holds no socket on, else the one it
+    // holds fewest on.
+    const std::vector<int> sockets = RootSocketsPerSubnet();
     int k = -1;
     for (int i = 0; i < 150; ++i) {
       const int r = (getpid() * 7 + n * 13 + i) % 150;
       const int cand = r < 99 ? 1 + r : 200 + (r - 99);  // 1-99, 200-250
       const std::string c = "198.18." + std::to_string(cand) + ".0/24";
       const std::string s = "198.19." + std::to_string(cand) + ".0/24";
+      if (k >= 0 && sockets[cand] >= sockets[k]) continue;
       if (!RouteExists(c) && !RouteExists(s)) {
         k = cand;
-        break;
+        if (sockets[k] == 0) break;
       }
     }
     if (k < 0) throw std::runtime_error("topology: no free 198.18.k.0/24 subnet");
