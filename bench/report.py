@@ -830,6 +830,91 @@ def topology_targets(mtu, by_topology):
     return rows
 
 
+# The IPv6 pass (issue #31 item 5): the rows it runs on both paths, and how far each IPv6 row's
+# fast/kernel ratio may be from the IPv4 row's of the same run.
+IPV6_ROWS = ("gbps_p1", "gbps_p8", "rr1", "idle", "rate_server", "rate_client")
+IPV6_TOLERANCE = 0.10
+# Steering reasons that would mean a rule's IPv6 flow went to the kernel (its SYN passed).
+IPV6_PASSED_FLOW = ("pass_kernel_owns", "pass_flow_table_full", "pass_no_socket",
+                    "pass_not_listener")
+
+
+def idle_raw_kib(r):
+    """KiB per idle connection, the forwarder's PSS growth plus all the kernel memory added
+    (nothing subtracted: the IPv6 pass has no direct routing to subtract); None unless every
+    connection asked was held."""
+    if not idle_ok(r):
+        return None
+    i = r["idle"]
+    return (max(0.0, i["process_kib"]) + max(0.0, i["kernel_kib"])) / i["held"]
+
+
+def ipv6_figures(r):
+    """(what, value, unit) of one configuration's results, in the IPv6 pass's rows."""
+    return [("iperf3 -P 1", r.get("gbps_p1"), "Gbit/s"),
+            ("iperf3 -P 8", r.get("gbps_p8"), "Gbit/s"),
+            ("request/response, 1 connection, p50", lat(r, "rr1", "p50"), "µs"),
+            ("request/response, 1 connection, p99", lat(r, "rr1", "p99"), "µs"),
+            ("idle connections held: memory per connection (process + kernel)", idle_raw_kib(r),
+             "KiB"),
+            *[(f"connections/s, {CLOSE_LABEL[o]}", rate_of(r, f"rate_{o}"), "/s")
+              for o in CLOSE_ORDERS]]
+
+
+def ipv6_table(v4, v6, mtu, topology):
+    """The IPv6 pass against the same run's IPv4 rows: per row the kernel path and the fast path
+    over IPv6, their ratio, the IPv4 rows' ratio, and whether the two ratios are within
+    IPV6_TOLERANCE of each other. v4 and v6: configuration -> results (xdpfwd-kernel and
+    xdpfwd-xdp). Returns (markdown, target rows as target_rows gives them)."""
+    label = f"{mtu}, IPv6"
+    k6, x6 = v6.get("xdpfwd-kernel", {}), v6.get("xdpfwd-xdp", {})
+    k4, x4 = v4.get("xdpfwd-kernel", {}), v4.get("xdpfwd-xdp", {})
+    lines = [f"## IPv6: the fast path against the kernel path over IPv6 (MTU {mtu}, "
+             f"{TOPOLOGY_LABEL[topology]})", "",
+             "Each row's fast/kernel ratio over IPv6 beside the same ratio over IPv4 in this run "
+             f"(the main table's rows); the target is the two within {IPV6_TOLERANCE:.0%} of "
+             "each other. Idle memory here is everything the forwarder and the kernel added, "
+             "nothing subtracted, for both families.", "",
+             "| row | kernel path | fast path | fast / kernel, IPv6 | fast / kernel, IPv4 | "
+             "IPv6 / IPv4 |", "|---|---|---|---|---|---|"]
+    targets = []
+    for (what, k, unit), (_, x, _), (_, kv4, _), (_, xv4, _) in zip(
+            ipv6_figures(k6), ipv6_figures(x6), ipv6_figures(k4), ipv6_figures(x4)):
+        r6 = x / k if x is not None and k else None
+        r4 = xv4 / kv4 if xv4 is not None and kv4 else None
+        off = r6 / r4 if r6 is not None and r4 else None
+        shown = [("—" if v is None else f"{cell(v)} {unit}") for v in (k, x)]
+        lines.append(f"| {what} | {shown[0]} | {shown[1]} | "
+                     f"{'—' if r6 is None else f'{r6:.2f}×'} | "
+                     f"{'—' if r4 is None else f'{r4:.2f}×'} | "
+                     f"{'—' if off is None else f'{off:.2f}'} |")
+        row = f"IPv6 {what}: fast/kernel within {IPV6_TOLERANCE:.0%} of IPv4's"
+        if off is None:
+            targets.append((label, row, "not measured", None))
+        else:
+            targets.append((label, row, f"{r6:.2f}× vs {r4:.2f}×",
+                            abs(off - 1) <= IPV6_TOLERANCE + 1e-9))
+    for name, r in (("kernel path", k6), ("fast path", x6)):
+        for o in CLOSE_ORDERS:
+            n, kinds = failed_of(r, f"rate_{o}")
+            row = f"IPv6 {name}: zero failed connections, {CLOSE_LABEL[o]}"
+            targets.append((label, row, "not measured" if n is None else
+                            f"{n:,}" + (f" ({kinds})" if kinds else ""),
+                            None if n is None else n == 0))
+    passed = x6.get("steer_after")
+    row = "IPv6: no rule's flow passed to the kernel (" + ", ".join(IPV6_PASSED_FLOW) + ")"
+    if passed is None:
+        targets.append((label, row, "not measured", None))
+    else:
+        bad = {k: passed.get(k, 0) for k in IPV6_PASSED_FLOW if passed.get(k, 0)}
+        taken = passed.get("redirect_new_flow", 0)
+        targets.append((label, row, f"{taken:,} flows taken, passed: {bad or 'none'}",
+                        taken > 0 and not bad))
+    lines += ["", "| MTU | target | measured | |", "|---|---|---|---|"]
+    lines += [f"| {m} | {t} | {v} | {STATUS[ok]} |" for m, t, v, ok in targets]
+    return "\n".join(lines) + "\n", targets
+
+
 def target_rows(results, by_topology=None, topology="gro-napi"):
     """(MTU, target, measured, met): met is True, False, or None when it was not measured."""
     rows = []
