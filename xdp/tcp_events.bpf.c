@@ -48,6 +48,7 @@ struct inet_connection_sock {
 } __attribute__((preserve_access_index));
 
 struct tcp_sock {
+	struct inet_connection_sock inet_conn;
 	__u32 rcv_wnd;
 	__u32 snd_cwnd;
 	__u32 snd_ssthresh;
@@ -55,6 +56,8 @@ struct tcp_sock {
 
 /* include/net/inet_connection_sock.h and include/net/tcp.h. */
 #define ICSK_ACK_TIMER 2
+#define TCPHDR_SYN 0x02
+#define TCPHDR_RST 0x04
 #define TCP_CA_Recovery 3
 #define TCP_CA_Loss 4
 
@@ -208,26 +211,34 @@ int BPF_PROG(timer_expires, struct timer_list *timer, unsigned long baseclk)
 }
 
 /* Every segment an established socket receives, before it is processed: skb
- * starts at the TCP header. */
+ * starts at the TCP header. It runs for every segment of every socket on the
+ * host, and for each one of a tagged socket (a bulk transfer's too), so it reads
+ * by direct loads from the kernel's structures (the socket made a tcp_sock by
+ * bpf_skc_to_tcp_sock) and one 4-byte copy of the header, and reads the clock
+ * only to record or after a small segment. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 {
 	struct tcp_socket_tag *tag = tag_of(sk);
-	struct inet_connection_sock *icsk = (void *)sk;
-	struct tcp_sock *tp = (void *)sk;
-	struct tcphdr th;
-	__u32 payload, header;
+	struct tcp_sock *tp;
 	__u64 key = (__u64)sk;
-	__u64 now, *fired;
+	__u64 now = 0, *fired;
+	__u32 payload, header;
+	/* Bytes 12-15 of the TCP header: data offset, flags, window. */
+	struct {
+		__u8 doff;
+		__u8 flags;
+		__be16 window;
+	} th;
+	__u8 small;
 
-	/* Per segment of every established socket on the host: an untagged one
-	 * leaves here. */
 	if (!tag)
 		return 0;
-	if (bpf_probe_read_kernel(&th, sizeof(th), BPF_CORE_READ(skb, data)))
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || bpf_probe_read_kernel(&th, sizeof(th), skb->data + 12))
 		return 0;
 	/* The peer closed its window (an unscaled 0 is 0 at any scale). */
-	if (th.window == 0 && !th.syn && !th.rst) {
+	if (th.window == 0 && !(th.flags & (TCPHDR_SYN | TCPHDR_RST))) {
 		if (!tag->peer_window_closed)
 			emit(tag, bpf_ktime_get_ns(), TCP_EVENT_ZERO_WINDOW_IN,
 			     0, 0);
@@ -239,7 +250,7 @@ int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 	 * (tcp_select_window, inlined where each segment is built, has no hook
 	 * of its own). Seen at the next segment the peer sends after it: its
 	 * ACK of our data, or its window probe. */
-	if (BPF_CORE_READ(tp, rcv_wnd) == 0) {
+	if (tp->rcv_wnd == 0) {
 		if (!tag->window_closed)
 			emit(tag, bpf_ktime_get_ns(), TCP_EVENT_ZERO_WINDOW_OUT,
 			     0, 0);
@@ -249,15 +260,18 @@ int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 	}
 	if (tag->nagle_found)
 		return 0;
-	header = th.doff * 4;
-	payload = BPF_CORE_READ(skb, len);
+	header = (th.doff >> 4) * 4;
+	payload = skb->len;
 	payload = payload > header ? payload - header : 0;
 	if (payload == 0)
 		return 0;
-	now = bpf_ktime_get_ns();
-	fired = tag->last_data_small ? bpf_map_lookup_elem(&delack_fired, &key)
-				     : 0;
+	/* last_data_ns is the time of the last segment only when it was small:
+	 * the rule looks at no other. */
+	small = payload < tp->inet_conn.icsk_ack.rcv_mss;
+	fired = tag->last_data_small ?
+			bpf_map_lookup_elem(&delack_fired, &key) : 0;
 	if (fired && *fired > tag->last_data_ns) {
+		now = bpf_ktime_get_ns();
 		if (now - *fired > NAGLE_ANSWER_NS) {
 			tag->nagle_run = 0;
 		} else if (++tag->nagle_run == NAGLE_RUN) {
@@ -268,7 +282,8 @@ int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 			     stall_us > 0xffffffff ? 0xffffffff : stall_us, 0);
 		}
 	}
-	tag->last_data_ns = now;
-	tag->last_data_small = payload < BPF_CORE_READ(icsk, icsk_ack.rcv_mss);
+	if (small)
+		tag->last_data_ns = now ? now : bpf_ktime_get_ns();
+	tag->last_data_small = small;
 	return 0;
 }

@@ -1,7 +1,8 @@
 // The kernel path's TCP events (xdp/tcp_events.bpf.c) through the real binary: the kernel's
-// retransmissions, RTOs, fast recovery and zero window on the leg they happened on in a dumped
-// trace; a Nagle backend counted, warned about and recorded; sockets that are not the kernel
-// path's ignored; `--tune tcp-events=off`; a path whose programs cannot load still serving.
+// retransmissions, RTOs, fast recovery and zero windows each way on the leg they happened on in
+// a dumped trace; a Nagle backend counted, warned about and recorded; sockets that are not the
+// kernel path's ignored; only connections that last tagged; `--tune tcp-events=off`; a path
+// whose programs cannot load still serving.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
