@@ -212,10 +212,10 @@ int BPF_PROG(timer_expires, struct timer_list *timer, unsigned long baseclk)
 
 /* Every segment an established socket receives, before it is processed: skb
  * starts at the TCP header. It runs for every segment of every socket on the
- * host, and for each one of a tagged socket (a bulk transfer's too), so it reads
- * by direct loads from the kernel's structures (the socket made a tcp_sock by
- * bpf_skc_to_tcp_sock) and one 4-byte copy of the header, and reads the clock
- * only to record or after a small segment. */
+ * host, and for each one of a tagged socket (a bulk transfer's too), so it
+ * reads by direct loads from the kernel's structures (the socket made a
+ * tcp_sock by bpf_skc_to_tcp_sock) and one 4-byte copy of the header, and reads
+ * the clock only to record or after a small segment. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 {
@@ -268,8 +268,8 @@ int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 	/* last_data_ns is the time of the last segment only when it was small:
 	 * the rule looks at no other. */
 	small = payload < tp->inet_conn.icsk_ack.rcv_mss;
-	fired = tag->last_data_small ?
-			bpf_map_lookup_elem(&delack_fired, &key) : 0;
+	fired = tag->last_data_small ? bpf_map_lookup_elem(&delack_fired, &key)
+				     : 0;
 	if (fired && *fired > tag->last_data_ns) {
 		now = bpf_ktime_get_ns();
 		if (now - *fired > NAGLE_ANSWER_NS) {
