@@ -241,10 +241,12 @@ class Loop {
   // Why tagging waits: a tag is a bpf syscall per socket and socket storage to allocate and
   // free, about 3 µs of a connection's 37 (notes/kernel-tcp-events-cost.md), and most
   // connections of a rate load are over before 10 ms. What a connection's first 10 ms can hold
-  // is little: no TCP timer fires sooner (the tail loss probe's floor is 10 ms, the RTO's
-  // 200 ms; a SYN's first retransmission comes after 1 s), so only a fast retransmit or a
-  // window that closes in a connection's first 10 ms goes unrecorded, and a window still
-  // closed is recorded at the next segment after the tag.
+  // is little: the RTO is at least 200 ms, a SYN's first retransmission comes after 1 s, and a
+  // tail loss probe of a lone segment (a request's, an answer's) 200 ms plus two RTTs after it;
+  // what goes unrecorded is a fast retransmit, a fast recovery, or the loss probe of a flight of
+  // several segments (two RTTs and 2 jiffies: a few ms on a LAN) in a connection's first 10 ms,
+  // and a window that closes and opens again in them (one still closed at the tag is recorded
+  // at the next segment).
   static constexpr auto kTagDelay = std::chrono::milliseconds(10);
   // Connections to tag, in accept order, so the front is due first. Finish clears the entry
   // of a connection that ends before it is due: nothing here points at a freed one.
