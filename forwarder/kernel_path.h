@@ -82,6 +82,8 @@ struct KernelPathConfig {
   X(kernel_no_port, counter, "backend connects for which the kernel found no local port")       \
   /* Read from the TCP event programs' per-CPU map by Totals(); no thread counts it. */         \
   X(tcp_events_dropped, counter, "TCP events lost to a full ring (xdp/tcp_events.h)")           \
+  /* A bpf syscall each, for connections that live past their first 10 ms (Loop::TagDue). */    \
+  X(tcp_events_tagged, counter, "sockets tagged for the TCP event programs")                    \
   /* Two descriptors each, at most 64 per thread: what the process's descriptors may exceed */  \
   /* its idle count by once connections end. */                                                 \
   X(pooled_pipes, gauge, "empty pipes the threads keep for reuse")

@@ -47,7 +47,7 @@ void Loop::OpenBackend(Connection& c) {
   c.backend.fd = std::move(backend.fd);
   c.lease = backend.lease;
   Trace(c, RecorderEvent::kBackendSynSent, RecorderLeg::kBackend, backend.lease.port);
-  TagSocket(c, c.backend.fd, RecorderLeg::kBackend);
+  if (c.tagged) TagSocket(c, c.backend.fd, RecorderLeg::kBackend);  // failover, retry
   // The backend's first EPOLLOUT (or EPOLLERR) says how the handshake went.
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;

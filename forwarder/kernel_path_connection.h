@@ -44,6 +44,9 @@ struct Loop::Connection {
   bool awaiting_header = false;
   bool ended = false;
   bool queued = false;  // in turns_
+  bool tagged = false;  // its sockets are the TCP event programs' (Loop::TagDue)
+  // Its entry in pending_tags_, counted from the first ever, plus 1; 0: none.
+  uint64_t pending_tag = 0;
   // While awaiting_header: how many bytes the last MSG_PEEK saw (parsed again only when more).
   uint16_t header_peeked = 0;
   // For the access log: the client's address (the PROXY header's source, when it names one),

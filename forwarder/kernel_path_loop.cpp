@@ -429,7 +429,7 @@ void Loop::StartConnection(UniqueFd client, const Rule& rule, const sockaddr_sto
   Add(counters_.relay.active);
   Add(c.rule_counters->active);
   Trace(c, RecorderEvent::kClientEstablished, RecorderLeg::kClient, rule.id, PeerPort(peer));
-  TagSocket(c, c.client.fd, RecorderLeg::kClient);
+  QueueTag(c);
   // The backend first: from here on Finish gives the pick back (least connections' counts).
   // [accept-proxy]: picked once the header names the client (TakeProxyHeader); until then
   // Finish gives nothing back.
@@ -574,6 +574,9 @@ void Loop::Trace(const Connection& c, RecorderEvent kind, RecorderLeg leg, uint3
 void Loop::Finish(Connection& c, End why) {
   if (c.ended) return;
   c.ended = true;
+  if (c.pending_tag > pending_tags_popped_) {
+    pending_tags_[c.pending_tag - 1 - pending_tags_popped_].connection = nullptr;
+  }
   if (why == End::kClientReset) Trace(c, RecorderEvent::kClientRst, RecorderLeg::kClient);
   if (why == End::kBackendReset) Trace(c, RecorderEvent::kBackendRst, RecorderLeg::kBackend);
   Trace(c, RecorderEvent::kConnectionEnd, RecorderLeg::kClient,
@@ -696,6 +699,7 @@ void Loop::RunQueuedTurns() {
 }
 
 void Loop::ExpireDeadlines() {
+  TagDue();
   const auto connect_timeout = config_.limits.connect_timeout;
   while (!connecting_.empty() && connecting_.front().since + connect_timeout <= now_) {
     ReportConnectTimeout(connecting_.front());
@@ -732,6 +736,9 @@ int Loop::NextTimeoutMs() const {
     next = next ? std::min(*next, idle) : idle;
   }
   NextHeaderDeadline(next);
+  if (!pending_tags_.empty()) {
+    next = next ? std::min(*next, pending_tags_.front().due) : pending_tags_.front().due;
+  }
   if (!next) return -1;
   const auto wait = *next - Clock::now();
   if (wait <= Clock::duration::zero()) return 0;
@@ -750,6 +757,8 @@ void Loop::ResetEverything() {
   ended_.clear();
   turns_.clear();
   retries_.clear();
+  pending_tags_popped_ += pending_tags_.size();  // all cleared by Finish
+  pending_tags_.clear();
 }
 
 }  // namespace xdpfwd::kernel_path

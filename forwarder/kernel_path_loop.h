@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -181,9 +182,12 @@ class Loop {
   // One event of `c` into the recorder, stamped with the batch's clock.
   void Trace(const Connection& c, RecorderEvent kind, RecorderLeg leg, uint32_t arg0 = 0,
              uint32_t arg1 = 0);
-  // The kernel's TCP events of this thread's sockets (xdp/tcp_events.h): a socket of `c` is
-  // tagged when accepted or connected; each event drained lands in the recorder on its leg.
+  // The kernel's TCP events of this thread's sockets (xdp/tcp_events.h): c's sockets are
+  // tagged once it has lived kTagDelay (QueueTag at the accept, TagDue), a backend leg opened
+  // after that at once; each event drained lands in the recorder on its leg.
   void TagSocket(const Connection& c, const UniqueFd& fd, RecorderLeg leg);
+  void QueueTag(Connection& c);
+  void TagDue();
   void ResetEverything();
   void AnswerDesk();
   void CopyTable(std::vector<SessionRecord>& table) const;
@@ -234,6 +238,24 @@ class Loop {
   FlightRecorder* recorder_ = nullptr;
   TcpEvents* tcp_events_ = nullptr;
   std::unique_ptr<TcpEventRing> tcp_ring_;
+  // Why tagging waits: a tag is a bpf syscall per socket and socket storage to allocate and
+  // free, about 3 µs of a connection's 37 (notes/kernel-tcp-events-cost.md), and most
+  // connections of a rate load are over before 10 ms. What a connection's first 10 ms can hold
+  // is little: the RTO is at least 200 ms, a SYN's first retransmission comes after 1 s, and a
+  // tail loss probe of a lone segment (a request's, an answer's) 200 ms plus two RTTs after it;
+  // what goes unrecorded is a fast retransmit, a fast recovery, or the loss probe of a flight of
+  // several segments (two RTTs and 2 jiffies: a few ms on a LAN) in a connection's first 10 ms,
+  // and a window that closes and opens again in them (one still closed at the tag is recorded
+  // at the next segment).
+  static constexpr auto kTagDelay = std::chrono::milliseconds(10);
+  // Connections to tag, in accept order, so the front is due first. Finish clears the entry
+  // of a connection that ends before it is due: nothing here points at a freed one.
+  struct PendingTag {
+    Clock::time_point due;
+    Connection* connection;
+  };
+  std::deque<PendingTag> pending_tags_;
+  uint64_t pending_tags_popped_ = 0;  // entries taken from the front so far
   bool warned_tag_ = false;
   // Set by any wake-up (a plan, a stop, a question); the desk is looked at only then, so an
   // iteration nobody asked anything of pays one test of this flag.

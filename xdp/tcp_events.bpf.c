@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /* TCP events of the kernel path's own sockets: retransmitted segments, RTO
- * expiry, fast recovery, zero window in, and the Nagle/delayed-ACK stall. The
- * kernel path tags each socket it accepts or connects in `tagged` (socket
- * storage, keyed by its fd from user space); every program here first looks the
- * socket's tag up and leaves an untagged socket at once, so another socket
- * costs one pointer test (its sk_bpf_storage is NULL). Events go to the ring of
- * the thread that owns the socket, drained by that thread between two epoll
- * batches (forwarder/kernel_path_loop.cpp). */
+ * expiry, fast recovery, zero window in and out, and the Nagle/delayed-ACK
+ * stall. The kernel path tags each socket of a connection that lives past its
+ * first 10 ms in `tagged` (socket storage, keyed by its fd from user space);
+ * every program here that has a socket first looks its tag up and leaves an
+ * untagged socket at once, so another socket costs one pointer test (its
+ * sk_bpf_storage is NULL). Events go to the ring of the thread that owns the
+ * socket, drained by that thread between two epoll batches
+ * (forwarder/kernel_path_loop.cpp). */
 #include <linux/bpf.h>
 #include <linux/ptrace.h>
 #include <linux/tcp.h>
@@ -47,12 +48,16 @@ struct inet_connection_sock {
 } __attribute__((preserve_access_index));
 
 struct tcp_sock {
+	struct inet_connection_sock inet_conn;
+	__u32 rcv_wnd;
 	__u32 snd_cwnd;
 	__u32 snd_ssthresh;
 } __attribute__((preserve_access_index));
 
 /* include/net/inet_connection_sock.h and include/net/tcp.h. */
 #define ICSK_ACK_TIMER 2
+#define TCPHDR_SYN 0x02
+#define TCPHDR_RST 0x04
 #define TCP_CA_Recovery 3
 #define TCP_CA_Loss 4
 
@@ -166,107 +171,119 @@ int BPF_PROG(cong_state, struct sock *sk, __u8 ca_state)
 	return 0;
 }
 
-/* Sockets whose delayed-ACK timer is watched, by address: the timer's hook is
- * the timer tracepoint, which names the timer, not a socket with its storage
- * (this kernel refuses fentry and has no kprobes). tcp_probe adds a tagged
- * socket at its first segment, tcp_destroy_sock removes it. The value: when our
- * delayed-ACK timer last fired with an ACK pending. */
+/* When a socket's delayed-ACK timer last fired with an ACK pending, by the
+ * socket's address: the timer's hook is the timer tracepoint, which names the
+ * timer, not a socket with its storage (this kernel refuses fentry and has no
+ * kprobes), so every socket on the host whose delayed ACK goes out by its timer
+ * lands here, and the least recently used go. Nothing removes an entry: a
+ * socket at the address of a freed one reads its time as older than its own
+ * last segment, and tcp_probe only counts a time after that. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, __u64);
-} delack_watch SEC(".maps");
+} delack_fired SEC(".maps");
 
 /* The delayed-ACK timer's function (net/ipv4/tcp_timer.c), found by libbpf in
  * /proc/kallsyms. */
 extern void tcp_delack_timer(struct timer_list *) __ksym;
 
 /* Every timer_list that expires on the host: one comparison for any other
- * timer; a delayed-ACK timer of a watched socket notes the time. */
+ * timer; a delayed-ACK timer with an ACK pending notes the time. */
 SEC("tp_btf/timer_expire_entry")
 int BPF_PROG(timer_expires, struct timer_list *timer, unsigned long baseclk)
 {
 	struct inet_connection_sock *icsk;
-	__u64 key, *held;
+	__u64 key, now;
 
 	if (BPF_CORE_READ(timer, function) != &tcp_delack_timer)
 		return 0;
 	icsk = (void *)((unsigned char *)timer -
 			bpf_core_field_offset(struct inet_connection_sock,
 					      icsk_delack_timer));
+	if (!(BPF_CORE_READ(icsk, icsk_ack.pending) & ICSK_ACK_TIMER))
+		return 0;
 	key = (__u64)icsk;
-	held = bpf_map_lookup_elem(&delack_watch, &key);
-	if (held && (BPF_CORE_READ(icsk, icsk_ack.pending) & ICSK_ACK_TIMER))
-		*held = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&delack_fired, &key, &now, BPF_ANY);
 	return 0;
 }
 
 /* Every segment an established socket receives, before it is processed: skb
- * starts at the TCP header. */
+ * starts at the TCP header. It runs for every segment of every socket on the
+ * host, and for each one of a tagged socket (a bulk transfer's too), so it
+ * reads by direct loads from the kernel's structures (the socket made a
+ * tcp_sock by bpf_skc_to_tcp_sock) and one 4-byte copy of the header, and reads
+ * the clock only to record or after a small segment. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
 {
-	struct inet_connection_sock *icsk = (void *)sk;
 	struct tcp_socket_tag *tag = tag_of(sk);
-	unsigned char *data;
-	struct tcphdr th;
-	__u32 payload, header;
+	struct tcp_sock *tp;
 	__u64 key = (__u64)sk;
-	__u64 now, *held;
+	__u64 now = 0, *fired;
+	__u32 payload, header;
+	/* Bytes 12-15 of the TCP header: data offset, flags, window. */
+	struct {
+		__u8 doff;
+		__u8 flags;
+		__be16 window;
+	} th;
+	__u8 small;
 
 	if (!tag)
 		return 0;
-	data = BPF_CORE_READ(skb, data);
-	if (bpf_probe_read_kernel(&th, sizeof(th), data))
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || bpf_probe_read_kernel(&th, sizeof(th), skb->data + 12))
 		return 0;
-	now = bpf_ktime_get_ns();
 	/* The peer closed its window (an unscaled 0 is 0 at any scale). */
-	if (th.window == 0 && !th.syn && !th.rst) {
+	if (th.window == 0 && !(th.flags & (TCPHDR_SYN | TCPHDR_RST))) {
 		if (!tag->peer_window_closed)
-			emit(tag, now, TCP_EVENT_ZERO_WINDOW_IN, 0, 0);
+			emit(tag, bpf_ktime_get_ns(), TCP_EVENT_ZERO_WINDOW_IN,
+			     0, 0);
 		tag->peer_window_closed = 1;
 	} else {
 		tag->peer_window_closed = 0;
 	}
+	/* We closed ours: rcv_wnd is the window our last segment announced
+	 * (tcp_select_window, inlined where each segment is built, has no hook
+	 * of its own). Seen at the next segment the peer sends after it: its
+	 * ACK of our data, or its window probe. */
+	if (tp->rcv_wnd == 0) {
+		if (!tag->window_closed)
+			emit(tag, bpf_ktime_get_ns(), TCP_EVENT_ZERO_WINDOW_OUT,
+			     0, 0);
+		tag->window_closed = 1;
+	} else {
+		tag->window_closed = 0;
+	}
 	if (tag->nagle_found)
 		return 0;
-	header = th.doff * 4;
-	payload = BPF_CORE_READ(skb, len);
+	header = (th.doff >> 4) * 4;
+	payload = skb->len;
 	payload = payload > header ? payload - header : 0;
-	if (!tag->watched) {
-		__u64 never = 0;
-
-		tag->watched = 1;
-		bpf_map_update_elem(&delack_watch, &key, &never, BPF_ANY);
-	}
 	if (payload == 0)
 		return 0;
-	held = bpf_map_lookup_elem(&delack_watch, &key);
-	if (held && tag->last_data_small && *held > tag->last_data_ns) {
-		if (now - *held > NAGLE_ANSWER_NS) {
+	/* last_data_ns is the time of the last segment only when it was small:
+	 * the rule looks at no other. */
+	small = payload < tp->inet_conn.icsk_ack.rcv_mss;
+	fired = tag->last_data_small ? bpf_map_lookup_elem(&delack_fired, &key)
+				     : 0;
+	if (fired && *fired > tag->last_data_ns) {
+		now = bpf_ktime_get_ns();
+		if (now - *fired > NAGLE_ANSWER_NS) {
 			tag->nagle_run = 0;
 		} else if (++tag->nagle_run == NAGLE_RUN) {
 			__u64 stall_us = (now - tag->last_data_ns) / 1000;
 
 			tag->nagle_found = 1;
-			bpf_map_delete_elem(&delack_watch, &key);
 			emit(tag, now, TCP_EVENT_NAGLE_PEER,
 			     stall_us > 0xffffffff ? 0xffffffff : stall_us, 0);
 		}
 	}
-	tag->last_data_ns = now;
-	tag->last_data_small = payload < BPF_CORE_READ(icsk, icsk_ack.rcv_mss);
-	return 0;
-}
-
-SEC("tp_btf/tcp_destroy_sock")
-int BPF_PROG(destroyed, struct sock *sk)
-{
-	struct tcp_socket_tag *tag = tag_of(sk);
-	__u64 key = (__u64)sk;
-
-	if (tag && tag->watched)
-		bpf_map_delete_elem(&delack_watch, &key);
+	if (small)
+		tag->last_data_ns = now ? now : bpf_ktime_get_ns();
+	tag->last_data_small = small;
 	return 0;
 }

@@ -89,7 +89,6 @@ Result<std::unique_ptr<TcpEvents>> TcpEvents::Load(int threads) {
       {s->progs.retransmit, &s->links.retransmit, "tp_btf/tcp_retransmit_skb"},
       {s->progs.cong_state, &s->links.cong_state, "tp_btf/tcp_cong_state_set"},
       {s->progs.segment_in, &s->links.segment_in, "tp_btf/tcp_probe"},
-      {s->progs.destroyed, &s->links.destroyed, "tp_btf/tcp_destroy_sock"},
       {s->progs.timer_expires, &s->links.timer_expires, "tp_btf/timer_expire_entry"},
   };
   size_t attached = 0;

@@ -25,16 +25,17 @@ typedef __u64 tcp_events_u64;
 #define TCP_EVENTS_RING_BYTES (256 * 1024)
 
 enum tcp_event_kind {
-  TCP_EVENT_RETRANSMIT = 1,     /* args: segments, bytes */
-  TCP_EVENT_RTO = 2,            /* args: rto_ms, backoff */
-  TCP_EVENT_RECOVERY = 3,       /* args: cwnd, ssthresh */
-  TCP_EVENT_ZERO_WINDOW_IN = 4, /* no args */
-  TCP_EVENT_NAGLE_PEER = 5,     /* args: stall_us */
+  TCP_EVENT_RETRANSMIT = 1,      /* args: segments, bytes */
+  TCP_EVENT_RTO = 2,             /* args: rto_ms, backoff */
+  TCP_EVENT_RECOVERY = 3,        /* args: cwnd, ssthresh */
+  TCP_EVENT_ZERO_WINDOW_IN = 4,  /* no args */
+  TCP_EVENT_NAGLE_PEER = 5,      /* args: stall_us */
+  TCP_EVENT_ZERO_WINDOW_OUT = 6, /* no args */
 };
 
 /* Per socket (BPF_MAP_TYPE_SK_STORAGE): the kernel path writes the first four
- * fields when it accepts or connects (its socket fd as the key); the programs
- * keep the rest. The storage goes with the socket. */
+ * fields when a connection has lived 10 ms (its socket fd as the key); the
+ * programs keep the rest. The storage goes with the socket. */
 struct tcp_socket_tag {
   tcp_events_u64 connection; /* the kernel path's id */
   tcp_events_u32 rule;
@@ -45,7 +46,7 @@ struct tcp_socket_tag {
   tcp_events_u8 last_data_small;
   tcp_events_u64 last_data_ns;
   tcp_events_u8 nagle_found;
-  tcp_events_u8 watched; /* in delack_watch */
+  tcp_events_u8 window_closed; /* the window we announced is 0 */
   tcp_events_u8 peer_window_closed;
   tcp_events_u8 reserved[5];
 };

@@ -1,7 +1,8 @@
 // The kernel path's TCP events (xdp/tcp_events.bpf.c) through the real binary: the kernel's
-// retransmissions, RTOs, fast recovery and zero window on the leg they happened on in a dumped
-// trace; a Nagle backend counted, warned about and recorded; sockets that are not the kernel
-// path's ignored; `--tune tcp-events=off`; a path whose programs cannot load still serving.
+// retransmissions, RTOs, fast recovery and zero windows each way on the leg they happened on in
+// a dumped trace; a Nagle backend counted, warned about and recorded; sockets that are not the
+// kernel path's ignored; only connections that last tagged; `--tune tcp-events=off`; a path
+// whose programs cannot load still serving.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,12 +30,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* const kTcpEvents[] = {"retransmission", "RTO", "fast recovery entered",
-                                  "zero window in",
-                                  "Nagle peer: small segments waited for our delayed ACK"};
+const char* const kTcpEvents[] = {
+    "retransmission",        "RTO",
+    "fast recovery entered", "zero window in",
+    "zero window out",       "Nagle peer: small segments waited for our delayed ACK"};
 
 // The kernel's TCP trouble on the kernel path's legs: a client that stops reading closes its
-// window (zero window in on the client leg, once the kernel probes it); with 5% of what the
+// window (zero window in on the client leg, once the kernel probes it), and the backend leg,
+// read no more, closes ours toward the backend (zero window out); with 5% of what the
 // client namespace receives dropped, the client leg retransmits and enters fast recovery; a
 // backend that answers no SYN for 1.5 s makes the backend leg's retransmission timer expire.
 TEST_F(TraceTest, KernelPathTcpTroubleOnTheLegItHappenedOn) {
@@ -81,6 +84,7 @@ TEST_F(TraceTest, KernelPathTcpTroubleOnTheLegItHappenedOn) {
   ASSERT_EQ(fwd.Control("trace dump " + trace_).rfind("wrote " + trace_ + ": ", 0), 0u);
   const std::string text = DecodeTrace(trace_);
   EXPECT_EQ(TracksWith(text, "zero window in"), std::set<std::string>{"conn 1 client"});
+  EXPECT_EQ(TracksWith(text, "zero window out"), std::set<std::string>{"conn 1 backend"});
   EXPECT_EQ(TracksWith(text, "fast recovery entered"), std::set<std::string>{"conn 1 client"});
   // The late backend's SYN was sent again after its timer expired (a retransmission too).
   EXPECT_EQ(TracksWith(text, "retransmission"),
@@ -220,6 +224,41 @@ TEST_F(TraceTest, KernelPathTcpEventsOnlyForItsOwnSockets) {
     }
     EXPECT_EQ(TracksWith(text, "retransmission").size(), on ? 1u : 0u);
   }
+}
+
+// A socket is tagged (a bpf syscall, and socket storage) only once its connection has lived
+// 10 ms: the short connections of a rate load pay nothing. Ten exchanges on fresh connections
+// tag fewer than their 20 sockets (all of them before tagging waited; none on a quiet
+// machine); a connection held open gets both its sockets tagged while it lasts. No --tune:
+// the events are on by default.
+TEST_F(TraceTest, KernelPathTagsOnlyConnectionsThatLast) {
+  ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
+                       {"--threads", "1"});
+  Traffic();
+  Traffic();
+  auto stats = fwd.WaitForStats(
+      [&](const auto& s) { return fwd.Relay(s, "completed") == 2 * kConnections; });
+  const uint64_t short_tags = ForwarderProcess::Get(stats, "kernel.tcp_events_tagged");
+  std::cerr << "sockets tagged for " << 2 * kConnections << " short connections: " << short_tags
+            << "\n";
+  EXPECT_LT(short_tags, uint64_t{4 * kConnections});
+
+  UniqueFd listener = TcpListen(topo_.server_ns(), topo_.server_addr(), kPort);
+  std::thread server([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    EchoUntilEof(c.get());
+  });
+  UniqueFd client = TcpConnect(topo_.client_ns(), topo_.client_gw(), kPort);
+  ASSERT_EQ(send(client.get(), "x", 1, 0), 1);
+  char back;
+  ASSERT_EQ(recv(client.get(), &back, 1, 0), 1);
+  stats = fwd.WaitForStats([&](const auto& s) {
+    return ForwarderProcess::Get(s, "kernel.tcp_events_tagged") >= short_tags + 2;
+  });
+  EXPECT_EQ(ForwarderProcess::Get(stats, "kernel.tcp_events_tagged"), short_tags + 2);
+  EXPECT_EQ(fwd.Relay(stats, "active"), 1u);  // tagged while it lasts
+  shutdown(client.get(), SHUT_WR);
+  server.join();
 }
 
 // Where the programs cannot run (here: more threads than they have rings for), the kernel path
