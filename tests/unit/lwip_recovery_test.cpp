@@ -393,6 +393,29 @@ TEST_F(LwipRecoveryTest, TailBurstIsProbedInsteadOfTimedOut) {
   EXPECT_LT(ticks * kTickMs, uint64_t{TCP_RTO_MIN_MS});
 }
 
+// 0039: eight segments are lost just before the last two of a transfer, which arrive: their
+// SACKs are two duplicate ACKs, one short of fast retransmit, and with nothing more to send
+// limited transmit (0007) has no segment to draw a third; lwIP waited for the RTO (330 ms and
+// one RTO here). At the probe timeout the last segment is SACKed already, so no probe goes out:
+// the holes below it have outlived RACK's reordering window by a PTO (RFC 8985 6.2) and fast
+// recovery starts from the timer. (Probing that segment again would draw the third duplicate
+// ACK a round trip later, for one segment sent in vain.)
+TEST_F(LwipRecoveryTest, HolesBelowTwoSackedSegmentsAreRecoveredAtTheProbeTimeout) {
+  constexpr uint32_t kOneWayTicks = 1;
+  wire_.SetLatencyTicks(kOneWayTicks);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const TraceCount trace(client_.pcb);
+  const WireCounters before = wire_.counters();
+  const uint64_t ticks = BurstWithLosses(*this, wire_, client_, server_, 40, Consecutive(30, 8));
+  ASSERT_FALSE(HasFailure());
+  std::cout << "8 lost below 2 SACKed, 20 ms: " << ticks * kTickMs << " ms, " << trace.rtos()
+            << " RTOs, " << trace.probes() << " probes\n";
+  EXPECT_EQ(trace.rtos(), 0u);
+  EXPECT_EQ(trace.probes(), 0u);
+  EXPECT_EQ(wire_.counters().retransmitted - before.retransmitted, 8u);
+  EXPECT_LT(ticks * kTickMs, uint64_t{TCP_RTO_MIN_MS});
+}
+
 // 0039: a burst of sixteen segments in the middle of a window is lost, and so is the first
 // retransmission of each: the SACKs of the rest started recovery, and each hole went out once
 // into the same loss. Nothing sent after those retransmissions comes back; 0013's probe
