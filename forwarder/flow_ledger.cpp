@@ -106,8 +106,8 @@ bool FlowLedger::RemoveDue(uint64_t now_ms, size_t budget) {
     Remove(r);
     removed = true;
   }
-  // Backend entries wait for company: one call removes a batch, where one each was the worker's
-  // commonest syscall per connection after the client's entry (docs/relay.md, "Flow entries").
+  // Backend entries wait for company: one call removes a batch, where one each was a fifth of the
+  // worker's map calls (docs/relay.md, "What the entries cost the worker").
   if (!backend_removals_.empty() && backend_removals_.front().due_ms <= now_ms) {
     size_t due = 0;
     while (due < backend_removals_.size() && due < kRemovalBatch &&

@@ -105,12 +105,13 @@ class FlowLedger {
   // many are due or the first has waited kBatchWaitMs past its linger. The linger is a minimum:
   // what is left goes at a later call.
   bool RemoveDue(uint64_t now_ms, size_t budget = SIZE_MAX);
-  // Backend entries per batch: one BPF_MAP_DELETE_BATCH of this many costs the worker ~0.1 ms
-  // (~0.3 us each on this kernel), a short stall next to the 14,000 removals that once fell due
-  // in one 100 ms (RelayTick says what that did one by one).
+  // Backend entries per batch. The kernel deletes a batch's keys one by one, as it deletes one
+  // per call, less a syscall's entry and exit each; the bound keeps one call short when many
+  // fall due at once (14,000 connections once closed within 100 ms: Relay::Tick's comment says
+  // what removing all of them in one go did). Not timed on its own.
   static constexpr size_t kRemovalBatch = 256;
-  // How long a due backend removal may wait for others to share its batch: at rates of 10
-  // connections per second and up, a batch then holds several.
+  // How long a due backend removal may wait for others to share its batch: from 10 connections
+  // a second up, a batch then holds more than one (at 9,000-10,000 a second, 256).
   static constexpr uint64_t kBatchWaitMs = 100;
 
   // Entries waiting for their linger (or for their batch).
