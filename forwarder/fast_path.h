@@ -96,6 +96,8 @@ struct QueueRx {
   X(client_flows, gauge, "client_flows")               /* counted against --flow-capacity */       \
   X(stray_flows_reaped, counter, "stray_flows_reaped") /* handshakes that never completed */       \
   X(closing_flows, gauge, "closing_flows")             /* flow entries lingering after close */    \
+  X(flow_map_syscalls, counter, "flow_map_syscalls")   /* the worker's bpf() calls on entries */   \
+  X(flow_map_batches, counter, "flow_map_batches")     /* of those, batched removals */            \
   X(lwip_pcbs, gauge, "lwip_pcbs")                     /* lwIP connection pcbs in use */           \
   X(lwip_heap_bytes, gauge, "lwip_heap_bytes")                                                     \
   X(frames_held, gauge, "frames_held") /* UMEM frames held by lwIP */                              \

@@ -292,6 +292,12 @@ void WorkerProcess::Publish() {
     s.rx_copy_no_pool += ns.rx_copy_no_pool;
     s.next_hops += n->next_hops().size();
   }
+  // This worker's own map calls on flow entries (each interface's program, as forked into it).
+  for (const auto& i : impl_.ifaces) {
+    const FlowMapCalls calls = i->steer->map_calls();
+    s.flow_map_syscalls += calls.syscalls;
+    s.flow_map_batches += calls.batches;
+  }
   uint32_t queues = 0;
   for (Port& p : ports_) {
     const FrameAccount f = p.port->frames();

@@ -1,6 +1,7 @@
 // The fast path's flow and backend-port bookkeeping (see flow_ledger.h).
 #include "forwarder/flow_ledger.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "os/clock.h"
@@ -13,6 +14,9 @@ FlowLedger::FlowLedger(FlowLedgerConfig config) : config_(std::move(config)) {
 
 FlowLedger::~FlowLedger() {
   for (const PendingRemoval& r : removals_) Remove(r);
+  while (!backend_removals_.empty()) {
+    RemoveBackendEntries(std::min(backend_removals_.size(), kRemovalBatch));
+  }
 }
 
 FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_flow) {
@@ -20,13 +24,16 @@ FlowBooking FlowLedger::Accept(const FlowRoute& route, const FlowTuple& client_f
   b.route = &route;
   b.backend = route.backend;
   b.client_flow = client_flow;
-  FlowTable& table = *route.client_side;
   b.accepted_ns = config_.clock_ns();
-  if (!table.MarkAccepted(client_flow, config_.worker, route.id, b.accepted_ns)) {
-    (void)table.AddFlow(client_flow, config_.worker, route.id);
-    b.accepted_ns = table.FlowCreatedNs(client_flow).value_or(0);  // rare: reaped meanwhile
-  }
   return b;
+}
+
+void FlowLedger::MarkAccepted(FlowBooking& b) {
+  FlowTable& table = *b.route->client_side;
+  if (!table.MarkAccepted(b.client_flow, config_.worker, b.route->id, b.accepted_ns)) {
+    (void)table.AddFlow(b.client_flow, config_.worker, b.route->id);
+    b.accepted_ns = table.FlowCreatedNs(b.client_flow).value_or(0);  // rare: reaped meanwhile
+  }
 }
 
 void FlowLedger::Refuse(const FlowRoute& route, const FlowTuple& client_flow, uint64_t now_ms) {
@@ -86,8 +93,8 @@ void FlowLedger::Close(FlowBooking& b, uint64_t now_ms) {
 void FlowLedger::CloseBackendLeg(FlowBooking& b, uint64_t now_ms) {
   if (b.ports == nullptr) return;
   b.ports->Release(b.lease.port);
-  removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms, b.route->backend_side,
-                                     b.backend_flow, b.ports, b.lease, 0});
+  backend_removals_.push_back(PendingRemoval{now_ms + config_.flow_linger_ms, b.route->backend_side,
+                                             b.backend_flow, b.ports, b.lease, 0});
   b.ports = nullptr;
 }
 
@@ -99,18 +106,48 @@ bool FlowLedger::RemoveDue(uint64_t now_ms, size_t budget) {
     Remove(r);
     removed = true;
   }
+  // Backend entries wait for company: one call removes a batch, where one each was a fifth of the
+  // worker's map calls (docs/relay.md, "What the entries cost the worker").
+  if (!backend_removals_.empty() && backend_removals_.front().due_ms <= now_ms) {
+    size_t due = 0;
+    while (due < backend_removals_.size() && due < kRemovalBatch &&
+           backend_removals_[due].due_ms <= now_ms) {
+      ++due;
+    }
+    if (due == kRemovalBatch || backend_removals_.front().due_ms + kBatchWaitMs <= now_ms) {
+      RemoveBackendEntries(due);
+      removed = true;
+    }
+  }
   return removed;
 }
 
-void FlowLedger::Remove(const PendingRemoval& r) {
-  if (r.ports != nullptr) {
+void FlowLedger::RemoveBackendEntries(size_t n) {
+  batch_.clear();
+  FlowTable* table = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const PendingRemoval r = backend_removals_.front();
+    backend_removals_.pop_front();
     // A backend port reused since: the entry now belongs to the new connection.
-    if (r.ports->IsIdleSince(r.lease)) (void)r.table->RemoveFlow(r.tuple);
-    return;
+    if (!r.ports->IsIdleSince(r.lease)) continue;
+    if (table != nullptr && r.table != table) {  // another interface's map: its own batch
+      (void)table->RemoveFlows(batch_);
+      batch_.clear();
+    }
+    table = r.table;
+    batch_.push_back(r.tuple);
   }
+  if (table != nullptr && !batch_.empty()) (void)table->RemoveFlows(batch_);
+  batch_.clear();
+}
+
+void FlowLedger::Remove(const PendingRemoval& r) {
   // A client that reused its 4-tuple since this connection was accepted (or refused) has a
-  // newer entry: its SYN stamped it.
-  (void)r.table->RemoveFlowStampedBy(r.tuple, r.stamp_ns);
+  // newer entry: its SYN stamped it. Whether it may have is lwIP's to say (a pcb on the tuple).
+  const FlowReuse reuse = config_.client_tuple_in_use && !config_.client_tuple_in_use(r.tuple)
+                              ? FlowReuse::kNone
+                              : FlowReuse::kPossible;
+  (void)r.table->RemoveFlowStampedBy(r.tuple, r.stamp_ns, reuse);
 }
 
 uint32_t FlowLedger::backend_ports_in_use() const {

@@ -55,6 +55,9 @@ struct FlowLedgerConfig {
   uint64_t flow_linger_ms = 1000;  // RelayConfig::flow_linger_ms says why
   // The clock flow tables stamp entries with (CLOCK_MONOTONIC, as bpf_ktime_get_ns reads).
   uint64_t (*clock_ns)() = nullptr;  // null: MonotonicNs
+  // Whether the worker's lwIP holds a pcb on a client flow's 4-tuple (lwip_pcb::TupleInUse):
+  // asked when the old connection's entry is removed (FlowReuse). Null: always possible.
+  std::function<bool(const FlowTuple& client_flow)> client_tuple_in_use;
 };
 
 class FlowLedger {
@@ -65,10 +68,16 @@ class FlowLedger {
   FlowLedger(const FlowLedger&) = delete;
   FlowLedger& operator=(const FlowLedger&) = delete;
 
-  // A client connection was taken: its entry is marked accepted so the stray-flow reaper leaves
-  // it alone, or put back should it be gone (reaped after a handshake slower than the reaper's
-  // age), or the client's next packets would reach the kernel.
+  // A client connection was taken: booked, and stamped with the time (accepted_ns). Its entry is
+  // not touched: the program stamped it at the SYN, and a connection that ends within the stray
+  // reaper's age needs no mark (MarkAccepted).
   FlowBooking Accept(const FlowRoute& route, const FlowTuple& client_flow);
+  // A connection still open some time after its accept: its entry is marked accepted (stamped
+  // with accepted_ns) so the stray-flow reaper leaves it alone, or put back should it be gone
+  // (reaped after a handshake slower than the reaper's age), or the client's next packets would
+  // reach the kernel. Only while the client leg is open: a client that has closed may reuse its
+  // 4-tuple, and the mark would take the new connection's entry for this one's.
+  void MarkAccepted(FlowBooking& booking);
   // A client refused at accept (reset): its entry goes after the linger.
   void Refuse(const FlowRoute& route, const FlowTuple& client_flow, uint64_t now_ms);
 
@@ -90,11 +99,23 @@ class FlowLedger {
   // entry only if no SYN has come on its 4-tuple since this connection was accepted (a client
   // that reused its port, even before this connection ended; docs/relay.md).
   void Close(FlowBooking& booking, uint64_t now_ms);
-  // Removes entries whose linger is over, at most `budget` of them (each is a map syscall or
-  // two); true if there were any. The linger is a minimum: what is left goes at the next call.
+  // Removes entries whose linger is over; true if there were any. Client entries one call each,
+  // at most `budget` of them (a map syscall each, two if the client may have reused the tuple);
+  // backend entries in batches (FlowTable::RemoveFlows) of up to kRemovalBatch, taken once that
+  // many are due or the first has waited kBatchWaitMs past its linger. The linger is a minimum:
+  // what is left goes at a later call.
   bool RemoveDue(uint64_t now_ms, size_t budget = SIZE_MAX);
+  // Backend entries per batch. The kernel deletes a batch's keys one by one, as it deletes one
+  // per call, less a syscall's entry and exit each; the bound keeps one call short when many
+  // fall due at once (14,000 connections once closed within 100 ms: Relay::Tick's comment says
+  // what removing all of them in one go did). Not timed on its own.
+  static constexpr size_t kRemovalBatch = 256;
+  // How long a due backend removal may wait for others to share its batch: from 10 connections
+  // a second up, a batch then holds more than one (at 9,000-10,000 a second, 256).
+  static constexpr uint64_t kBatchWaitMs = 100;
 
-  size_t lingering() const { return removals_.size(); }  // entries waiting for their linger
+  // Entries waiting for their linger (or for their batch).
+  size_t lingering() const { return removals_.size() + backend_removals_.size(); }
   uint32_t backend_ports_in_use() const;
 
  private:
@@ -108,12 +129,18 @@ class FlowLedger {
   };
   BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
   void Remove(const PendingRemoval& r);
+  // Removes the first `n` of backend_removals_ whose port was not reused meanwhile, batched.
+  void RemoveBackendEntries(size_t n);
 
   FlowLedgerConfig config_;
   // Per (source address, backend address, backend port): created on first use.
   std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
-  size_t next_source_ = 0;               // round robin over a route's backend sources
-  std::deque<PendingRemoval> removals_;  // due times are increasing: a constant linger
+  size_t next_source_ = 0;  // round robin over a route's backend sources
+  // Due times are increasing in each: a constant linger. Client entries, and refused clients';
+  // backend legs' apart, for their batches.
+  std::deque<PendingRemoval> removals_;
+  std::deque<PendingRemoval> backend_removals_;
+  std::vector<FlowTuple> batch_;  // RemoveBackendEntries' scratch, kept to allocate once
 };
 
 }  // namespace xdpfwd

@@ -44,6 +44,12 @@ pbuf* Compact(pbuf* p) {
   return copy;
 }
 
+// The ledger's question at a client entry's removal: has a newer connection on the tuple reached
+// lwIP (FlowReuse)? The client flow's tuple is as its packets arrive: the client is the remote.
+bool ClientTupleInUse(const FlowTuple& f) {
+  return lwip_pcb::TupleInUse(f.daddr, f.dport, f.saddr, f.sport);
+}
+
 }  // namespace
 
 namespace {
@@ -255,7 +261,7 @@ struct Relay::Callbacks {
 Relay::Relay(const RelayConfig& config)
     : config_(config),
       ledger_(FlowLedgerConfig{config.backend_ports, config.worker, config.worker_ports,
-                               config.flow_linger_ms}) {
+                               config.flow_linger_ms, nullptr, ClientTupleInUse}) {
   if (config.zero_copy_refs > 0) refs_ = std::make_unique<WriteRefPool>(config.zero_copy_refs);
   // Any relay's: the function finds its relay from the pcb.
   xdpfwd_lwip_set_tcp_trace(Callbacks::TcpTrace);
@@ -383,6 +389,8 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   RelayCounters::Add(c->rule_counters->active);
 
   c->flows = ledger_.Accept(*listener.rule, client_flow);
+  c->mark_ms = now_ms_ + kMarkAfterMs;
+  unmarked_.PushBack(*c);
   c->trace_id = ++next_trace_id_ != 0 ? next_trace_id_ : ++next_trace_id_;
   Trace(*c, RecorderEvent::kClientEstablished, c->client, c->rule->id, ends.remote_port);
   tcp_arg(pcb, &c->client);
@@ -714,6 +722,7 @@ void Relay::Finish(Connection& c) {
   RelayCounters::Sub(counters_.active);
   RelayCounters::Sub(c.rule_counters->active);
   watched_.Remove(c);
+  unmarked_.Remove(c);
   owed_.Remove(c.client);
   owed_.Remove(c.backend);
   Trace(c, RecorderEvent::kConnectionEnd, c.client, static_cast<uint32_t>(c.end));

@@ -167,6 +167,7 @@ class Relay {
   struct Connecting;  // backend handshake under way, oldest first: connect deadlines
   struct Watched;     // waiting for what no callback announces: a retry, or a close check
   struct Owed;        // legs with bytes waiting for their peer, least recent progress first
+  struct Unmarked;    // client entry not yet marked accepted, in accept order (ServeMarks)
 
   explicit Relay(const RelayConfig& config);
   Result<void> Listen(RuleVersion& version, RelayCounters& counters);
@@ -217,6 +218,9 @@ class Relay {
   bool ExpireDeadlines();
   void ReportConnectTimeout(const Connection& c);
   void ServeWatched();
+  // Marks the client entries of connections open kMarkAfterMs (unmarked_'s due front); true if
+  // it marked any.
+  bool ServeMarks();
   // Queues `n` bytes from the start of `p` on `to`: by reference where they fit the peer's
   // window and `p` is a receive frame, else copied. False: lwIP took nothing (queue full).
   bool Write(tcp_pcb* to, pbuf* p, uint16_t n);
@@ -246,10 +250,17 @@ class Relay {
   // [accept-proxy] connections whose header is not whole yet, by deadline (rules' timeouts differ).
   IntrusiveList<Connection, Connecting> awaiting_;
   IntrusiveList<Connection, Watched> watched_;
-  IntrusiveList<Leg, Owed> owed_;      // stall deadlines
+  IntrusiveList<Leg, Owed> owed_;  // stall deadlines
+  IntrusiveList<Connection, Unmarked> unmarked_;
   std::vector<Connection*> finished_;  // freed in Tick, outside lwIP's callbacks
   // How often watched connections are served: not urgent, a fallback for lwIP's silence.
   static constexpr uint64_t kServiceIntervalMs = 100;
+  // A connection's client entry is marked accepted (FlowLedger::MarkAccepted) once it has been
+  // open this long, not at its accept: most connections of a busy forwarder end sooner and never
+  // need the mark, a map syscall each. The mark only keeps the stray reaper away, which takes
+  // entries 6 s after their SYN (TCP_SYN_RCVD_TIMEOUT + 1 s); a connection is accepted at most
+  // ~5.1 s after it, so a mark at most ~0.3 s later still comes before the reaper.
+  static constexpr uint64_t kMarkAfterMs = 250;
   // Lingering flow entries removed per Tick at most (a syscall or two each; Tick runs every
   // worker iteration, thousands of times a second).
   static constexpr size_t kRemovalsPerTick = 32;

@@ -21,6 +21,7 @@ bool Relay::Tick(uint64_t now_ms, uint64_t now_ns) {
     worked = true;
   }
   if (ExpireDeadlines()) worked = true;
+  if (ServeMarks()) worked = true;
   // A few lingering flow entries per iteration, not all that fell due at once: 14,000
   // connections closing together (bench/run's idle test) left ~28,000 removals due in the same
   // 100 ms, a stall of tens of ms in which the AF_XDP RX ring overflowed (xsk_rx_dropped in the
@@ -33,6 +34,19 @@ bool Relay::Tick(uint64_t now_ms, uint64_t now_ns) {
     worked = true;
   }
   return worked;
+}
+
+bool Relay::ServeMarks() {
+  bool marked = false;
+  while (!unmarked_.empty() && now_ms_ >= unmarked_.front()->mark_ms) {
+    Connection& c = *unmarked_.front();
+    unmarked_.Remove(c);
+    // A client leg that has ended may mean a client free to reuse its 4-tuple: no mark then
+    // (FlowLedger::MarkAccepted); the connection's end is near, and its removal needs none.
+    if (c.client.pcb != nullptr) ledger_.MarkAccepted(c.flows);
+    marked = true;
+  }
+  return marked;
 }
 
 // Activity moves a connection to the back of live_, which so stays ordered by last activity:

@@ -114,13 +114,15 @@ struct Relay::RetryCopy {
 
 struct Relay::Connection : ListHook<Connection, ByActivity>,
                            ListHook<Connection, Connecting>,
-                           ListHook<Connection, Watched> {
+                           ListHook<Connection, Watched>,
+                           ListHook<Connection, Unmarked> {
   Relay* relay = nullptr;
   const RelayRule* rule = nullptr;
   Leg client, backend;
   uint64_t started_ms = 0;
   uint64_t last_active_ms = 0;
-  FlowBooking flows;  // the ledger's entries and port for this connection
+  FlowBooking flows;     // the ledger's entries and port for this connection
+  uint64_t mark_ms = 0;  // when its client entry is due to be marked accepted (on unmarked_)
   bool finished = false;
   // For the access log: how it ended. The first FIN decides which side closed first; a reset
   // or a timeout says its own reason.

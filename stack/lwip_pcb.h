@@ -29,6 +29,16 @@ inline Endpoints EndpointsOf(const tcp_pcb* pcb) {
   return {ToInAddr(pcb->local_ip), ToInAddr(pcb->remote_ip), pcb->local_port, pcb->remote_port};
 }
 
+// Whether lwIP holds a pcb on this 4-tuple, active (a handshake under way included) or in
+// TIME-WAIT: a hash lookup in each list (patch 0001), no walk.
+inline bool TupleInUse(in_addr local, uint16_t local_port, in_addr remote, uint16_t remote_port) {
+  ip_addr_t l, r;
+  ip_addr_set_ip4_u32(&l, local.s_addr);
+  ip_addr_set_ip4_u32(&r, remote.s_addr);
+  return tcp_pcb_hash_lookup(0, &l, local_port, &r, remote_port) != nullptr ||
+         tcp_pcb_hash_lookup(1, &l, local_port, &r, remote_port) != nullptr;
+}
+
 // Gives a new, unconnected pcb its local address and port without tcp_bind, which walks every
 // pcb to look for a conflict: the caller's port allocator guarantees the 4-tuple is unique.
 // The pcb is on no lwIP list until tcp_connect puts it on the active one; closing it before

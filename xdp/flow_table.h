@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "os/result.h"
 
@@ -18,6 +19,19 @@ struct FlowTuple {
   in_addr daddr{};
   uint16_t sport = 0;
   uint16_t dport = 0;
+};
+
+// Whether a newer connection may already hold a tuple's entry when its old connection's removal
+// comes due: the worker's lwIP has a pcb on the 4-tuple (the client reused it, its handshake
+// under way or done). Then the removal looks before it deletes, so that a live connection's
+// entry is never out of the map, not even for the moment it takes to put it back.
+enum class FlowReuse : uint8_t { kNone, kPossible };
+
+// The map calls a flow table made for the calls below (one bpf() syscall each; a batch counts
+// once in syscalls and once in batches).
+struct FlowMapCalls {
+  uint64_t syscalls = 0;
+  uint64_t batches = 0;
 };
 
 class FlowTable {
@@ -32,13 +46,25 @@ class FlowTable {
   virtual Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                                     uint64_t stamp_ns) = 0;
   virtual Result<void> RemoveFlow(const FlowTuple& tuple) = 0;
+  // Removes these entries (worker-entered ones: no stamp to check), in as few calls as the table
+  // can; an entry already gone is skipped. How many were removed. The steering map takes them in
+  // one BPF_MAP_DELETE_BATCH; the default removes them one by one.
+  virtual size_t RemoveFlows(std::span<const FlowTuple> tuples) {
+    size_t n = 0;
+    for (const FlowTuple& t : tuples) n += RemoveFlow(t) ? 1 : 0;
+    return n;
+  }
   // Removes the tuple's entry unless it was stamped after `stamp_ns` (a SYN or an accept since:
   // a newer connection's entry). True if it was removed. The steering program may stamp it
-  // while this runs; such an entry is not lost (SteerProgram puts it back at once).
-  virtual bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) = 0;
+  // while this runs; such an entry is not lost (SteerProgram puts it back at once). `reuse`:
+  // kPossible looks first and leaves a newer entry untouched; kNone deletes and reads in one
+  // call, and puts back what a SYN stamped meanwhile.
+  virtual bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns, FlowReuse reuse) = 0;
   // When the tuple's entry was stamped (CLOCK_MONOTONIC ns, the clock bpf_ktime_get_ns reads),
   // or nullopt if there is none.
   virtual std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const = 0;
+  // What the calls above cost in map calls so far (a steering map's; none in memory).
+  virtual FlowMapCalls map_calls() const { return {}; }
 };
 
 }  // namespace xdpfwd

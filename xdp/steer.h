@@ -7,9 +7,11 @@
 #include <netinet/in.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -125,7 +127,12 @@ class SteerProgram final : public FlowTable {
   // (AF_INET or AF_INET6) is an error, or not found.
   Result<void> AddFlow(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id);
   Result<void> RemoveFlow(const SteerTuple& tuple);
-  bool RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns);
+  bool RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns,
+                           FlowReuse reuse = FlowReuse::kPossible);
+  // Removes these entries in one BPF_MAP_DELETE_BATCH (another for what follows an entry
+  // already gone), giving a client flow's slot back only through the single calls above: for
+  // entries the worker entered (backend legs).
+  size_t RemoveFlows(std::span<const SteerTuple> tuples);
   // Flags a client flow as taken by the worker, so ReapStrayFlows leaves it alone.
   Result<void> MarkAccepted(const SteerTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns);
@@ -137,14 +144,17 @@ class SteerProgram final : public FlowTable {
   Result<void> RemoveFlow(const FlowTuple& tuple) override {
     return RemoveFlow(SteerTuple::V4(tuple));
   }
-  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override {
-    return RemoveFlowStampedBy(SteerTuple::V4(tuple), stamp_ns);
+  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns, FlowReuse reuse) override {
+    return RemoveFlowStampedBy(SteerTuple::V4(tuple), stamp_ns, reuse);
   }
+  size_t RemoveFlows(std::span<const FlowTuple> tuples) override;
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns) override {
     return MarkAccepted(SteerTuple::V4(tuple), owner, rule_id, stamp_ns);
   }
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
+  // The map calls the flow calls above made in this process (the worker's own, in a worker).
+  FlowMapCalls map_calls() const override;
   std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const {
     return LookupFlow(SteerTuple::V4(tuple));
   }
@@ -193,6 +203,10 @@ class SteerProgram final : public FlowTable {
   bool attached_ = false;
   // ReapStrayFlowsSlice's place in the map.
   std::unique_ptr<FlowWalk> reap_walk_;
+  // Counted by the flow calls (FlowTable's and their SteerTuple forms); atomic because the
+  // control process's threads may make some of them too.
+  mutable std::atomic<uint64_t> map_syscalls_{0};
+  std::atomic<uint64_t> map_batches_{0};
 };
 
 // What is attached to an interface, as `xdpfwd-xdp status` shows it.

@@ -171,6 +171,7 @@ Result<void> SteerProgram::AddFlow(const SteerTuple& tuple, uint32_t owner, uint
   value.rule_id = rule_id;
   value.created_ns = MonotonicNs();  // the clock bpf_ktime_get_ns() reads
   value.origin = STEER_FLOW_FROM_WORKER;
+  map_syscalls_.fetch_add(1, std::memory_order_relaxed);
   if (bpf_map__update_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value, sizeof(value),
                            BPF_ANY) != 0) {
     return SystemError(ifname_ + ": adding flow");  // E2BIG: the flow table is full
@@ -183,6 +184,7 @@ Result<void> SteerProgram::RemoveFlow(const SteerTuple& tuple) {
   if (!found) return NoFamily(ifname_, "removing a flow");
   const steer_flow_key key = *found;
   steer_flow value{};
+  map_syscalls_.fetch_add(1, std::memory_order_relaxed);
   if (bpf_map__lookup_and_delete_elem(skel_->s->maps.steer_flows, &key, sizeof(key), &value,
                                       sizeof(value), 0) != 0) {
     return SystemError(ifname_ + ": removing flow");
@@ -192,22 +194,31 @@ Result<void> SteerProgram::RemoveFlow(const SteerTuple& tuple) {
   return {};
 }
 
-bool SteerProgram::RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns) {
+bool SteerProgram::RemoveFlowStampedBy(const SteerTuple& tuple, uint64_t stamp_ns,
+                                       FlowReuse reuse) {
   const auto found = KeyOf(tuple);
   if (!found) return false;
   const steer_flow_key key = *found;
   const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
   steer_flow v{};
   // A reused 4-tuple's entry is usually newer already: a lookup says so without touching it.
-  if (bpf_map_lookup_elem(fd, &key, &v) != 0 || v.created_ns > stamp_ns) return false;
+  // Not needed where no newer connection has reached the worker's lwIP (FlowReuse::kNone):
+  // then nothing but that connection's SYN can arrive on the tuple (no SYN-ACK has left for
+  // it), and the entry goes back below before lwIP has even read the SYN.
+  if (reuse == FlowReuse::kPossible) {
+    map_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    if (bpf_map_lookup_elem(fd, &key, &v) != 0 || v.created_ns > stamp_ns) return false;
+  }
   // A client SYN the program takes between that lookup and the delete stamps the entry anew
   // and goes on to lwIP; deleted, its connection's next packet would reach the kernel, which
   // resets it (a capture showed a reset that fits: the client's ACK of our SYN-ACK, 50 us
   // after its SYN, met no entry at the moment a removal came due; docs/relay.md). Deleting and
   // reading in one step shows the new stamp, and the entry goes back at once, before that next
   // packet, a round trip later, can arrive.
+  map_syscalls_.fetch_add(1, std::memory_order_relaxed);
   if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0) return false;
   if (v.created_ns > stamp_ns) {
+    map_syscalls_.fetch_add(1, std::memory_order_relaxed);
     if (bpf_map_update_elem(fd, &key, &v, BPF_NOEXIST) == 0) return false;
     // The program entered the 4-tuple afresh meanwhile (another SYN): that entry stays, and
     // counts for itself against the budget.
@@ -227,6 +238,7 @@ Result<void> SteerProgram::MarkAccepted(const SteerTuple& tuple, uint32_t owner,
   value.created_ns = stamp_ns;
   value.origin = STEER_FLOW_FROM_SYN;  // it keeps its slot in the client budget
   value.flags = STEER_FLOW_ACCEPTED;
+  map_syscalls_.fetch_add(1, std::memory_order_relaxed);
   // In place: the connection's next packet, a few microseconds behind the ACK that completed
   // it, must find the entry while it changes. Replaced (a new element at the bucket's head,
   // then the old one unlinked), it could be missed by a lookup already past the head, and the
@@ -236,6 +248,42 @@ Result<void> SteerProgram::MarkAccepted(const SteerTuple& tuple, uint32_t owner,
     return SystemError(ifname_ + ": marking a flow accepted");
   }
   return {};
+}
+
+size_t SteerProgram::RemoveFlows(std::span<const SteerTuple> tuples) {
+  const int fd = bpf_map__fd(skel_->s->maps.steer_flows);
+  std::vector<steer_flow_key> keys;
+  keys.reserve(tuples.size());
+  for (const SteerTuple& t : tuples) {
+    if (const auto key = KeyOf(t)) keys.push_back(*key);
+  }
+  size_t removed = 0;
+  // The kernel deletes the keys in order and stops at the first it cannot (ENOENT: gone
+  // already), saying how many it went through: the rest follow in another call.
+  for (size_t at = 0; at < keys.size();) {
+    auto count = static_cast<uint32_t>(keys.size() - at);
+    map_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    map_batches_.fetch_add(1, std::memory_order_relaxed);
+    const int r = bpf_map_delete_batch(fd, &keys[at], &count, nullptr);
+    removed += count;
+    at += count;
+    if (r == 0) break;
+    if (errno != ENOENT) break;  // nothing else is expected; the lingering entries stay
+    ++at;                        // the one gone already
+  }
+  return removed;
+}
+
+size_t SteerProgram::RemoveFlows(std::span<const FlowTuple> tuples) {
+  std::vector<SteerTuple> v4;
+  v4.reserve(tuples.size());
+  for (const FlowTuple& t : tuples) v4.push_back(SteerTuple::V4(t));
+  return RemoveFlows(std::span<const SteerTuple>(v4));
+}
+
+FlowMapCalls SteerProgram::map_calls() const {
+  return FlowMapCalls{map_syscalls_.load(std::memory_order_relaxed),
+                      map_batches_.load(std::memory_order_relaxed)};
 }
 
 size_t SteerProgram::ReapStrayFlows(uint64_t created_before_ns) {
@@ -309,6 +357,7 @@ std::optional<steer_flow> SteerProgram::LookupFlow(const SteerTuple& tuple) cons
   const auto key = KeyOf(tuple);
   if (!key) return std::nullopt;
   steer_flow value{};
+  map_syscalls_.fetch_add(1, std::memory_order_relaxed);
   if (bpf_map__lookup_elem(skel_->s->maps.steer_flows, &*key, sizeof(*key), &value, sizeof(value),
                            0) != 0) {
     return std::nullopt;

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -154,14 +155,59 @@ TEST_F(SteerFixtureTest, RemovalAtCloseLeavesAnEntryANewSynStamped) {
   ASSERT_TRUE(prog_->MarkAccepted(tuple, 0, 7, accepted_ns));
   EXPECT_EQ(prog_->ClientFlowCount(), 1u);
   Expect(Syn(40011), XDP_REDIRECT, SteerReason::kRedirectFlow);  // the client's next connection
-  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, accepted_ns));
+  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, accepted_ns, FlowReuse::kPossible));
   ASSERT_TRUE(prog_->LookupFlow(tuple).has_value());
   EXPECT_EQ(prog_->ClientFlowCount(), 1u);
   const auto stamped = prog_->LookupFlow(tuple)->created_ns;
-  EXPECT_TRUE(prog_->RemoveFlowStampedBy(tuple, stamped));
+  EXPECT_TRUE(prog_->RemoveFlowStampedBy(tuple, stamped, FlowReuse::kPossible));
   EXPECT_FALSE(prog_->LookupFlow(tuple).has_value());
   EXPECT_EQ(prog_->ClientFlowCount(), 0u);
-  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, stamped)) << "nothing left to remove";
+  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, stamped, FlowReuse::kPossible))
+      << "nothing left to remove";
+}
+
+// Without the first look (FlowReuse::kNone: no newer connection has reached lwIP), the removal
+// deletes and reads in one call; an entry a SYN stamped since the accept goes back at once, and
+// the client budget still counts it once.
+TEST_F(SteerFixtureTest, OneCallRemovalPutsBackAnEntryANewSynStamped) {
+  BindSocket();
+  const FlowTuple tuple{Ip(kClient), Ip(kListen), 40012, kListenPort};
+  Expect(Syn(40012), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  const uint64_t accepted_ns = MonotonicNs();
+  Expect(Syn(40012), XDP_REDIRECT, SteerReason::kRedirectFlow);  // the client's next connection
+  const auto calls = prog_->map_calls().syscalls;
+  EXPECT_FALSE(prog_->RemoveFlowStampedBy(tuple, accepted_ns, FlowReuse::kNone));
+  EXPECT_EQ(prog_->map_calls().syscalls, calls + 2) << "delete-and-read, then put back";
+  const auto entry = prog_->LookupFlow(tuple);
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_GT(entry->created_ns, accepted_ns);
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u);
+  const auto before = prog_->map_calls().syscalls;
+  EXPECT_TRUE(prog_->RemoveFlowStampedBy(tuple, entry->created_ns, FlowReuse::kNone));
+  EXPECT_EQ(prog_->map_calls().syscalls, before + 1) << "one call where nothing was reused";
+  EXPECT_FALSE(prog_->LookupFlow(tuple).has_value());
+  EXPECT_EQ(prog_->ClientFlowCount(), 0u);
+}
+
+// Backend legs' entries go in one BPF_MAP_DELETE_BATCH; one gone already (the kernel stops at
+// it) costs a second call for the rest, and nothing else is touched.
+TEST_F(SteerFixtureTest, BackendEntriesAreRemovedInOneBatch) {
+  std::vector<FlowTuple> legs;
+  for (uint16_t port = 61020; port < 61030; ++port) {
+    legs.push_back(FlowTuple{Ip(kBackend), Ip(kLocal), 9001, port});
+    ASSERT_TRUE(prog_->AddFlow(legs.back(), 0, 7));
+  }
+  const FlowTuple other{Ip(kBackend), Ip(kLocal), 9001, 61040};
+  ASSERT_TRUE(prog_->AddFlow(other, 0, 7));
+  const auto before = prog_->map_calls();
+  EXPECT_EQ(prog_->RemoveFlows(std::span<const FlowTuple>(legs.data(), 5)), 5u);
+  EXPECT_EQ(prog_->map_calls().batches, before.batches + 1);
+  EXPECT_EQ(prog_->map_calls().syscalls, before.syscalls + 1);
+  // The first five again (gone) with the last five: each gone one costs a call.
+  EXPECT_EQ(prog_->RemoveFlows(legs), 5u);
+  for (const FlowTuple& leg : legs) EXPECT_FALSE(prog_->LookupFlow(leg).has_value());
+  EXPECT_TRUE(prog_->LookupFlow(other).has_value()) << "a batch removed an entry not in it";
+  EXPECT_EQ(prog_->ClientFlowCount(), 0u);
 }
 
 // A backend leg's entry is the worker's: a SYN on its tuple (not something a backend sends)

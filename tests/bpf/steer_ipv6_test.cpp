@@ -320,7 +320,7 @@ TEST_F(SteerIpv6Test, IPv6FlowsShareTheClientBudgetAndAreReaped) {
   EXPECT_EQ(prog_->ReapStrayFlows(MonotonicNs()), 2u);
   EXPECT_FALSE(prog_->LookupFlow(Client6(41000)).has_value());
   EXPECT_EQ(prog_->ClientFlowCount(), 1u);
-  EXPECT_TRUE(prog_->RemoveFlowStampedBy(Client6(41002), accepted_ns));
+  EXPECT_TRUE(prog_->RemoveFlowStampedBy(Client6(41002), accepted_ns, FlowReuse::kPossible));
   EXPECT_EQ(prog_->ClientFlowCount(), 0u);
 
   ASSERT_TRUE(prog_->AddFlow(Tuple6(kBackend6, kLocal6, 9001, 61001), 2, kRule));

@@ -107,6 +107,9 @@ class SteerUpdateTest : public ::testing::Test {
     ASSERT_GE(map_.get(), 0) << "the program has no steer_flows map";
   }
 
+  // The body of the ASynAtThe...Removal tests below.
+  void SynAtTheRemovalLeavesAnEntry(FlowReuse reuse);
+
   // Re-entering a flow puts it at the head of its bucket.
   void ReEnter(const FlowTuple& t) {
     ASSERT_TRUE(prog_->RemoveFlow(t));
@@ -214,7 +217,9 @@ TEST_F(SteerUpdateTest, ALookupDuringMarkAcceptedFindsTheEntry) {
 // anew: either way the new connection has its entry. The program once wrote the new stamp into
 // the element where it lay; a removal that had just read the old stamp and unlinked the element
 // lost that write, and with it the entry.
-TEST_F(SteerUpdateTest, ASynAtTheRemovalOfItsLingeringEntryLeavesAnEntry) {
+// FlowReuse::kNone (no newer pcb on the tuple in lwIP) skips the removal's first look: the race
+// is then the delete-and-read against the SYN every round, and must lose nothing either.
+void SteerUpdateTest::SynAtTheRemovalLeavesAnEntry(FlowReuse reuse) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "the race needs two CPUs";
   // Room in the client budget: a SYN that comes between the removal's delete and its giving the
   // slot back would otherwise find the budget spent.
@@ -239,7 +244,7 @@ TEST_F(SteerUpdateTest, ASynAtTheRemovalOfItsLingeringEntryLeavesAnEntry) {
       uint32_t round;
       while ((round = go.load(std::memory_order_acquire)) == seen) std::this_thread::yield();
       if (round == kStop) return;
-      (void)prog_->RemoveFlowStampedBy(flow, kOldStamp);
+      (void)prog_->RemoveFlowStampedBy(flow, kOldStamp, reuse);
       removed.store(round, std::memory_order_release);
       seen = round;
     }
@@ -274,6 +279,14 @@ TEST_F(SteerUpdateTest, ASynAtTheRemovalOfItsLingeringEntryLeavesAnEntry) {
   EXPECT_GT(rounds, 100u);
   EXPECT_EQ(lost, 0u) << "SYNs whose 4-tuple was left without an entry, of " << rounds;
   EXPECT_EQ(prog_->ClientFlowCount(), 1u) << "the client budget's count went astray";
+}
+
+TEST_F(SteerUpdateTest, ASynAtTheRemovalOfItsLingeringEntryLeavesAnEntry) {
+  SynAtTheRemovalLeavesAnEntry(FlowReuse::kPossible);
+}
+
+TEST_F(SteerUpdateTest, ASynAtTheOneCallRemovalOfItsLingeringEntryLeavesAnEntry) {
+  SynAtTheRemovalLeavesAnEntry(FlowReuse::kNone);
 }
 
 }  // namespace

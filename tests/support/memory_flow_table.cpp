@@ -31,7 +31,17 @@ Result<void> MemoryFlowTable::RemoveFlow(const FlowTuple& tuple) {
   return {};
 }
 
-bool MemoryFlowTable::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) {
+size_t MemoryFlowTable::RemoveFlows(std::span<const FlowTuple> tuples) {
+  ++removal_batches_;
+  size_t n = 0;
+  for (const FlowTuple& t : tuples) n += entries_.erase(KeyOf(t));
+  removes_ += n;
+  return n;
+}
+
+bool MemoryFlowTable::RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns,
+                                          FlowReuse reuse) {
+  if (reuse == FlowReuse::kPossible) ++removals_reuse_possible_;
   const auto it = entries_.find(KeyOf(tuple));
   if (it == entries_.end() || it->second.created_ns > stamp_ns) return false;
   entries_.erase(it);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <tuple>
 
 #include "xdp/flow_table.h"
@@ -28,7 +29,8 @@ class MemoryFlowTable final : public FlowTable {
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns) override;
   Result<void> RemoveFlow(const FlowTuple& tuple) override;
-  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns) override;
+  bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns, FlowReuse reuse) override;
+  size_t RemoveFlows(std::span<const FlowTuple> tuples) override;
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
 
   // What the steering program does on a client SYN to a listener.
@@ -40,6 +42,9 @@ class MemoryFlowTable final : public FlowTable {
   size_t size() const { return entries_.size(); }
   uint64_t adds() const { return adds_; }
   uint64_t removes() const { return removes_; }
+  uint64_t removal_batches() const { return removal_batches_; }  // RemoveFlows calls
+  // RemoveFlowStampedBy calls told that a newer connection may hold the entry.
+  uint64_t removals_reuse_possible() const { return removals_reuse_possible_; }
 
  private:
   using Key = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t>;
@@ -50,7 +55,7 @@ class MemoryFlowTable final : public FlowTable {
   uint64_t (*clock_ns_)();
   std::map<Key, Entry> entries_;
   bool full_ = false;
-  uint64_t adds_ = 0, removes_ = 0;
+  uint64_t adds_ = 0, removes_ = 0, removal_batches_ = 0, removals_reuse_possible_ = 0;
 };
 
 }  // namespace xdpfwd::test

@@ -41,18 +41,21 @@ class FlowLedgerTest : public ::testing::Test {
   }
 
   FlowLedgerConfig Config(std::vector<PortRange> ports = {{2000, 2009}}) {
-    return FlowLedgerConfig{std::move(ports), kWorker, {}, kLingerMs, FakeClockNs};
+    return FlowLedgerConfig{std::move(ports), kWorker, {}, kLingerMs, FakeClockNs, {}};
   }
 
   static FlowTuple Client(uint16_t port) {
     return FlowTuple{Ip("192.0.2.7"), Ip("10.0.0.1"), port, 80};
   }
 
-  // A client SYN (the program's entry), the accept, and a backend leg with its flow entered.
-  FlowBooking Open(FlowLedger& ledger, const FlowRoute& route, uint16_t client_port) {
+  // A client SYN (the program's entry), the accept, and a backend leg with its flow entered;
+  // `mark`: the connection lived long enough for its client entry to be marked accepted.
+  FlowBooking Open(FlowLedger& ledger, const FlowRoute& route, uint16_t client_port,
+                   bool mark = true) {
     clients_.InsertFromSyn(Client(client_port), route.id);
     g_now_ns += 10;
     FlowBooking b = ledger.Accept(route, Client(client_port));
+    if (mark) ledger.MarkAccepted(b);
     EXPECT_TRUE(ledger.LeaseBackendPort(b));
     EXPECT_TRUE(ledger.AddBackendFlow(b));
     g_now_ns += 10;
@@ -63,21 +66,34 @@ class FlowLedgerTest : public ::testing::Test {
   MemoryFlowTable backends_{FakeClockNs};
 };
 
-TEST_F(FlowLedgerTest, AcceptMarksTheClientEntryOrPutsItBack) {
+// The accept itself writes nothing (a map syscall saved per connection: most end before the
+// relay marks them); the mark, later, stamps the entry with the accept's time.
+TEST_F(FlowLedgerTest, MarkAcceptedMarksTheClientEntryOrPutsItBack) {
   FlowLedger ledger(Config());
   const FlowRoute route = Route(7, "10.2.0.9", 9000);
   clients_.InsertFromSyn(Client(40000), 7);
-  const FlowBooking b = ledger.Accept(route, Client(40000));
+  const uint64_t syn_ns = g_now_ns;
+  g_now_ns += 10;
+  FlowBooking b = ledger.Accept(route, Client(40000));
   EXPECT_EQ(b.route, &route);
+  EXPECT_EQ(b.accepted_ns, syn_ns + 10);
   auto entry = clients_.Find(Client(40000));
   ASSERT_TRUE(entry);
+  EXPECT_FALSE(entry->accepted) << "the accept wrote to the flow table";
+  EXPECT_EQ(entry->created_ns, syn_ns);
+  g_now_ns += 250'000'000;
+  ledger.MarkAccepted(b);
+  entry = clients_.Find(Client(40000));
+  ASSERT_TRUE(entry);
   EXPECT_TRUE(entry->accepted);
+  EXPECT_EQ(entry->created_ns, b.accepted_ns) << "stamped with the accept's time, not the mark's";
   EXPECT_EQ(entry->owner, kWorker);
   EXPECT_EQ(entry->rule_id, 7u);
 
-  // Reaped before the accept (a slow handshake): entered again, or the client's next packets
+  // Reaped before the mark (a slow handshake): entered again, or the client's next packets
   // would reach the kernel.
-  ledger.Accept(route, Client(40001));
+  FlowBooking gone = ledger.Accept(route, Client(40001));
+  ledger.MarkAccepted(gone);
   entry = clients_.Find(Client(40001));
   ASSERT_TRUE(entry);
   EXPECT_EQ(entry->owner, kWorker);
@@ -144,8 +160,56 @@ TEST_F(FlowLedgerTest, EntriesLingerThenGo) {
   EXPECT_TRUE(backends_.Find(backend_flow));
   EXPECT_TRUE(ledger.RemoveDue(5000 + kLingerMs));
   EXPECT_FALSE(clients_.Find(Client(40000)));
+  EXPECT_TRUE(backends_.Find(backend_flow)) << "a lone backend removal waits for its batch";
+  EXPECT_FALSE(ledger.RemoveDue(5000 + kLingerMs + FlowLedger::kBatchWaitMs - 1));
+  EXPECT_TRUE(ledger.RemoveDue(5000 + kLingerMs + FlowLedger::kBatchWaitMs));
   EXPECT_FALSE(backends_.Find(backend_flow));
+  EXPECT_EQ(backends_.removal_batches(), 1u);
   EXPECT_EQ(ledger.lingering(), 0u);
+}
+
+// Backend legs' entries go in batches (one BPF_MAP_DELETE_BATCH each on a steering map): a
+// batch as soon as kRemovalBatch are due, the rest once the first of them has waited
+// kBatchWaitMs. Client entries still go one call each (their removal reads the stamp).
+TEST_F(FlowLedgerTest, BackendEntriesGoInBatches) {
+  FlowLedger ledger(Config({{2000, 2999}}));
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  constexpr uint16_t kConnections = FlowLedger::kRemovalBatch + 44;
+  for (uint16_t i = 0; i < kConnections; ++i) {
+    FlowBooking b = Open(ledger, route, static_cast<uint16_t>(40000 + i));
+    ledger.Close(b, 100);
+  }
+  ASSERT_EQ(backends_.size(), kConnections);
+  EXPECT_TRUE(ledger.RemoveDue(100 + kLingerMs));
+  EXPECT_EQ(clients_.size(), 0u);
+  EXPECT_EQ(backends_.size(), 44u) << "a full batch is not held back";
+  EXPECT_EQ(backends_.removal_batches(), 1u);
+  EXPECT_FALSE(ledger.RemoveDue(100 + kLingerMs + 1)) << "44 due wait for company";
+  EXPECT_TRUE(ledger.RemoveDue(100 + kLingerMs + FlowLedger::kBatchWaitMs));
+  EXPECT_EQ(backends_.size(), 0u);
+  EXPECT_EQ(backends_.removal_batches(), 2u);
+  EXPECT_EQ(backends_.removes(), kConnections);
+  EXPECT_EQ(ledger.lingering(), 0u);
+}
+
+// The client entry's removal reads the stamp and deletes in one call where no newer connection
+// has reached lwIP on the tuple, and looks first only where one may have (a pcb on it).
+TEST_F(FlowLedgerTest, ClientRemovalLooksFirstOnlyWhereTheTupleIsInUse) {
+  std::set<uint16_t> in_use;
+  FlowLedgerConfig config = Config();
+  config.client_tuple_in_use = [&](const FlowTuple& t) { return in_use.count(t.sport) > 0; };
+  FlowLedger ledger(config);
+  const FlowRoute route = Route(1, "10.2.0.9", 9000);
+  FlowBooking quiet = Open(ledger, route, 40000, /*mark=*/false);
+  FlowBooking reused = Open(ledger, route, 40001, /*mark=*/false);
+  ledger.Close(quiet, 0);
+  ledger.Close(reused, 0);
+  in_use.insert(40001);
+  clients_.InsertFromSyn(Client(40001), 1);  // the client's next SYN on the same tuple
+  EXPECT_TRUE(ledger.RemoveDue(kLingerMs));
+  EXPECT_EQ(clients_.removals_reuse_possible(), 1u);
+  EXPECT_FALSE(clients_.Find(Client(40000)));
+  EXPECT_TRUE(clients_.Find(Client(40001))) << "the newer connection's entry was removed";
 }
 
 // A budget bounds the work of one call; what is left goes at the next, oldest first.
@@ -157,10 +221,12 @@ TEST_F(FlowLedgerTest, RemovalsKeepToTheirBudget) {
     ledger.Close(b, 100 + port - 40000);
   }
   ASSERT_EQ(ledger.lingering(), 10u);  // a client and a backend entry each
+  // The budget counts client entries (a call each); the five backend ones go as one batch.
   EXPECT_TRUE(ledger.RemoveDue(1000 + kLingerMs, 4));
-  EXPECT_EQ(ledger.lingering(), 6u);
-  EXPECT_FALSE(clients_.Find(Client(40001)));
-  EXPECT_TRUE(clients_.Find(Client(40002)));
+  EXPECT_EQ(ledger.lingering(), 1u);
+  EXPECT_FALSE(clients_.Find(Client(40003)));
+  EXPECT_TRUE(clients_.Find(Client(40004)));
+  EXPECT_EQ(backends_.size(), 0u);
   EXPECT_TRUE(ledger.RemoveDue(1000 + kLingerMs, 100));
   EXPECT_EQ(ledger.lingering(), 0u);
   EXPECT_FALSE(ledger.RemoveDue(1000 + kLingerMs, 100));
@@ -186,7 +252,7 @@ TEST_F(FlowLedgerTest, ClientReusingItsTupleAfterTheCloseKeepsItsNewerEntry) {
   g_now_ns += 10;
   FlowBooking second = Open(ledger, route, 40000);  // same client 4-tuple, a new SYN
   EXPECT_NE(second.backend_flow.dport, first.backend_flow.dport) << "FIFO: a fresh port";
-  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs + FlowLedger::kBatchWaitMs));
   const auto entry = clients_.Find(Client(40000));
   ASSERT_TRUE(entry) << "the first connection's removal deleted the second's client entry";
   EXPECT_TRUE(entry->accepted);
@@ -221,13 +287,13 @@ TEST_F(FlowLedgerTest, ReusedBackendPortKeepsItsEntry) {
   ledger.Close(first, 0);
   FlowBooking second = Open(ledger, route, 40001);
   ASSERT_EQ(second.backend_flow.dport, first.backend_flow.dport);
-  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs + FlowLedger::kBatchWaitMs));
   EXPECT_TRUE(backends_.Find(second.backend_flow))
       << "the first leg's removal deleted the entry its port's new leg depends on";
   EXPECT_FALSE(clients_.Find(Client(40000)));
   // Once the second leg is over and its linger too, the entry goes.
   ledger.Close(second, kLingerMs);
-  ASSERT_TRUE(ledger.RemoveDue(2 * kLingerMs));
+  ASSERT_TRUE(ledger.RemoveDue(2 * kLingerMs + FlowLedger::kBatchWaitMs));
   EXPECT_FALSE(backends_.Find(second.backend_flow));
   EXPECT_EQ(backends_.size(), 0u);
   EXPECT_EQ(clients_.size(), 0u);
@@ -243,7 +309,7 @@ TEST_F(FlowLedgerTest, PortReusedTowardAnotherBackendLeavesEachItsEntry) {
   EXPECT_EQ(a.backend_flow.daddr.s_addr, b.backend_flow.daddr.s_addr);
   EXPECT_EQ(backends_.size(), 2u) << "the 4-tuples differ by backend";
   ledger.Close(a, 0);
-  ASSERT_TRUE(ledger.RemoveDue(kLingerMs));
+  ASSERT_TRUE(ledger.RemoveDue(kLingerMs + FlowLedger::kBatchWaitMs));
   EXPECT_FALSE(backends_.Find(a.backend_flow));
   EXPECT_TRUE(backends_.Find(b.backend_flow)) << "closing the leg to A removed B's entry";
   EXPECT_EQ(ledger.backend_ports_in_use(), 1u);
