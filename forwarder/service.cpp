@@ -109,10 +109,15 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
          });
 }
 
+// What the fast path can take, whatever the kernel says of addresses and routes (PlaceRule):
+// TCP both ways, a concrete listen address of either family, backends of one family (a rule's
+// backend legs share one source address), and no IPv6 [src=] (not on the fast path yet).
 bool FastEligible(const Rule& r) {
-  return r.is_stream() && r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any() &&
+  const int family = r.backend.family();
+  return r.is_stream() && !r.listen.is_any() &&
+         !(family == AF_INET6 && r.source.family() == AF_INET6) &&
          std::all_of(r.more_backends.begin(), r.more_backends.end(),
-                     [](const RuleBackend& b) { return b.address.is_ipv4(); });
+                     [&](const RuleBackend& b) { return b.address.family() == family; });
 }
 
 bool HasId(const std::vector<Rule>& rules, uint32_t id) {
@@ -199,11 +204,12 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     xdpfwd_lwip_set_bbr(o.tuning.bbr);  // read by each lwIP pcb as it is created, on the worker
     if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
       return Error{{},
-                   "--path xdp: the fast path takes IPv4 TCP rules with a concrete listen "
-                   "address only; use --path auto or kernel for the others"};
+                   "--path xdp: the fast path takes TCP rules with a concrete listen address, "
+                   "backends of one family and no IPv6 [src=] only; use --path auto or kernel "
+                   "for the others"};
     }
     auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
-                                      Error{{}, "no IPv4 rule with a concrete listen address"})
+                                      Error{{}, "no TCP rule with a concrete listen address"})
                                 : FastPath::Start(fc);
     if (f) {
       s->fast_ = std::move(*f);
@@ -353,9 +359,9 @@ Result<ReloadSummary> Service::Reload(Config next) {
   // Known to the access log before any path can report a connection of a new id.
   if (log_) log_->AddRules(next.rules);
 
-  // The fast path takes every IPv4 rule its running workers can serve (FastPath::CheckRules:
-  // the interfaces it attached at start); the others go to the kernel path until a restart, or
-  // with --path xdp refuse the reload.
+  // The fast path takes every rule it can serve (FastEligible) that its running workers can
+  // (FastPath::CheckRules: the interfaces and addresses it attached at start); the others go to
+  // the kernel path until a restart, or with --path xdp refuse the reload.
   std::vector<Rule> fast_next;
   std::vector<std::string> fast_refused;
   std::vector<Rule> eligible;
@@ -373,8 +379,9 @@ Result<ReloadSummary> Service::Reload(Config next) {
   }
   if (options_.path == PathChoice::kXdp && fast_next.size() != stream_rules.size()) {
     std::string why = !fast_refused.empty() ? fast_refused.front()
-                      : fast_ ? "the fast path takes IPv4 TCP rules with a concrete listen "
-                                "address only; use --path auto or kernel for the others"
+                      : fast_ ? "the fast path takes TCP rules with a concrete listen address, "
+                                "backends of one family and no IPv6 [src=] only; use --path "
+                                "auto or kernel for the others"
                               : "the fast path did not start (no TCP rule it could serve): a "
                                 "restart starts it";
     return Error{{}, "--path xdp: " + why};

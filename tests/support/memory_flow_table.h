@@ -42,10 +42,8 @@ class MemoryFlowTable final : public FlowTable {
   uint64_t removes() const { return removes_; }
 
  private:
-  using Key = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t>;
-  static Key KeyOf(const FlowTuple& t) {
-    return {t.saddr.s_addr, t.daddr.s_addr, t.sport, t.dport};
-  }
+  using Key = std::tuple<IpAddress, IpAddress, uint16_t, uint16_t>;
+  static Key KeyOf(const FlowTuple& t) { return {t.saddr, t.daddr, t.sport, t.dport}; }
 
   uint64_t (*clock_ns_)();
   std::map<Key, Entry> entries_;

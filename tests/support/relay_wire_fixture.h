@@ -206,8 +206,8 @@ class RelayWireTest : public ::testing::Test {
     RelayConfig c;
     RelayRule r;
     r.id = 1;
-    r.listen = Endpoint{LwipWire::InAddrA(), kRelayPort};
-    r.backend = Endpoint{LwipWire::InAddrB(), backend_port};
+    r.listen = IpEndpoint{LwipWire::InAddrA(), kRelayPort};
+    r.backend = IpEndpoint{LwipWire::InAddrB(), backend_port};
     r.backend_sources = {LwipWire::InAddrA()};
     r.client_side = &client_table_;
     r.backend_side = &backend_table_;
