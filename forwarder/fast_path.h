@@ -207,7 +207,7 @@ class FastPath {
   void StopAccepting();
   // The same for one listen address.
   void StopAccepting(const IpEndpoint& listen);
-  // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (IPv4 TCP rules
+  // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (TCP rules
   // with a concrete listen address), empty if the running workers can take it, else why not (an
   // interface not attached at start, another gateway or a new source address there, more listen
   // addresses than a worker's lwIP holds). Changes nothing.

@@ -109,16 +109,24 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
          });
 }
 
-// What the fast path can take, whatever the kernel says of addresses and routes (PlaceRule):
-// TCP both ways, a concrete listen address of either family, backends of one family (a rule's
-// backend legs share one source address), and no IPv6 [src=] (not on the fast path yet).
-bool FastEligible(const Rule& r) {
+// Why the fast path cannot take a TCP rule whatever the kernel says of its addresses and routes
+// (PlaceRule), or "" if it can: a concrete listen address of either family, backends of one
+// family (a rule's backend legs share one source address), and no IPv6 [src=] (not on the fast
+// path yet).
+std::string WhyNotFast(const Rule& r) {
   const int family = r.backend.family();
-  return r.is_stream() && !r.listen.is_any() &&
-         !(family == AF_INET6 && r.source.family() == AF_INET6) &&
-         std::all_of(r.more_backends.begin(), r.more_backends.end(),
-                     [&](const RuleBackend& b) { return b.address.family() == family; });
+  if (r.listen.is_any()) return "the fast path needs a concrete listen address";
+  if (!std::all_of(r.more_backends.begin(), r.more_backends.end(),
+                   [&](const RuleBackend& b) { return b.address.family() == family; })) {
+    return "the fast path takes a rule's backends of one family";
+  }
+  if (family == AF_INET6 && r.source.family() == AF_INET6) {
+    return "an IPv6 [src=] is not on the fast path yet";
+  }
+  return "";
 }
+
+bool FastEligible(const Rule& r) { return r.is_stream() && WhyNotFast(r).empty(); }
 
 bool HasId(const std::vector<Rule>& rules, uint32_t id) {
   return std::any_of(rules.begin(), rules.end(), [&](const Rule& r) { return r.id == id; });
@@ -216,6 +224,14 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
       s->fast_rules_ = fast_rules;
       s->fast_access_ = c.access;
       s->KeepOffWorkerCpus();
+      // Each rule it leaves to the kernel path, with why: one who expected the fast path for it
+      // (an IPv6 rule now, say) reads it here.
+      for (const Rule& r : stream_rules) {
+        const std::string why = WhyNotFast(r);
+        if (why.empty()) continue;
+        Log("rule " + ToString(r.listen) + " -> " + ToString(r.backend) + ": on the kernel path (" +
+            why + ")");
+      }
     } else if (o.path == PathChoice::kXdp) {
       return Error{{}, "fast path cannot start: " + f.error().message()};
     } else {
