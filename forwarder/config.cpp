@@ -707,8 +707,6 @@ std::string DescribeConfig(const Config& config) {
                  return b.address.family() != r.backend.family();
                })) {
       out << "the kernel path (the fast path takes a rule's backends of one family)";
-    } else if (r.backend.family() == AF_INET6 && r.source.family() == AF_INET6) {
-      out << "the kernel path (an IPv6 [src=] is not on the fast path yet)";
     } else {
       out << "the fast path (XDP/AF_XDP) with --path auto or xdp, else the kernel path";
     }

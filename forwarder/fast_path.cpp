@@ -94,6 +94,7 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   nc.mtu = static_cast<uint16_t>(*mtu);
   nc.aliases = i.aliases;
   nc.ipv6 = i.ipv6;  // :: : no IPv6 rule uses this interface
+  nc.aliases6 = i.aliases6;
   nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(i.name);
   // Copy mode builds an skb per AF_XDP frame and has no GSO: a packet socket sends each flow's
   // segments of a batch as one GSO packet instead (docs/stack.md, "TX through a packet
@@ -264,6 +265,7 @@ std::string Describe(const FastPath::Impl& m) {
     if (i->ipv6.enabled()) {
       addrs += (addrs.empty() ? "" : " ") + ToString(IpAddress::V6(i->ipv6.addr)) + "/" +
                std::to_string(i->ipv6.prefix_len);
+      for (const in6_addr& a : i->aliases6) addrs += "+" + ToString(IpAddress::V6(a));
     }
     const bool generic = i->steer->mode() == XdpMode::kGeneric;
     std::string served =

@@ -44,7 +44,8 @@ struct FastPathInterface {
   // The one IPv6 address lwIP answers on here, its on-link prefix and the gateway of what is not
   // on-link (the kernel's route to a backend; none on the client side). :: : no IPv6 rule here.
   Ipv6Interface ipv6;
-  uint32_t queues = 1;  // RX queues: worker w serves those with q mod N == w
+  std::vector<in6_addr> aliases6;  // more local IPv6 addresses (rules' IPv6 [src=])
+  uint32_t queues = 1;             // RX queues: worker w serves those with q mod N == w
   std::unique_ptr<SteerProgram> steer;
   XskPortConfig port_config;  // each worker sets the queue
   LwipNetifConfig netif_config;

@@ -191,12 +191,6 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
   if (backend_v6 && IN6_IS_ADDR_V4MAPPED(&backend.addr.v6())) {
     return Error{{}, what + ": the fast path takes no IPv4-mapped IPv6 backend; write it as IPv4"};
   }
-  if (backend_v6 && rule.source.family() == AF_INET6) {
-    return Error{{},
-                 what +
-                     ": [src=] with an IPv6 address is not on the fast path yet (issue #31; "
-                     "the kernel path serves it)"};
-  }
   auto client = ClientSide(config, listen.addr);
   if (!client) return Error{{}, what + ": " + client.error().message()};
   const std::string& listen_if = client->first;
@@ -262,12 +256,36 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
   if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
   // --backend-source (or the rule's [src=ADDR]): each address must be the kernel's on the
   // backend-side interface, so the kernel answers ARP for it; lwIP answers TCP on it.
-  const char* source_option = rule.source.is_ipv4() ? "[src=]" : "--backend-source";
+  const char* source_option = rule.source.family() != AF_UNSPEC ? "[src=]" : "--backend-source";
   for (const IpAddress& extra_address : RuleSources(rule, config)) {
     if (extra_address.is_v6() != backend_v6) {
       return Error{{},
                    what + ": " + source_option + " " + ToString(extra_address) +
                        " is not of the backend's family"};
+    }
+    if (extra_address.is_v6()) {
+      // An IPv6 [src=]: one more netif with that address, as IPv4's aliases.
+      auto holder = InterfaceWithAddress(extra_address.v6());
+      if (!holder || holder->name != place.backend_if) {
+        return Error{{},
+                     what + ": " + source_option + " " + ToString(extra_address) +
+                         " is not an address of " + place.backend_if +
+                         " (the interface toward the backend); add it with: ip -6 addr add " +
+                         ToString(extra_address) + "/128 dev " + place.backend_if};
+      }
+      auto& aliases6 = (*backend_side)->aliases6;
+      if (extra_address == source.addr ||
+          std::any_of(aliases6.begin(), aliases6.end(),
+                      [&](const in6_addr& a) { return IpAddress::V6(a) == extra_address; })) {
+        continue;
+      }
+      if (!starting) {
+        return Error{{},
+                     what + ": " + source_option + " " + ToString(extra_address) +
+                         " is not an address the running workers answer on (a restart adds it)"};
+      }
+      aliases6.push_back(extra_address.v6());
+      continue;
     }
     const in_addr extra = extra_address.v4();
     auto holder = InterfaceWithAddress(extra);

@@ -110,18 +110,14 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
 }
 
 // Why the fast path cannot take a TCP rule whatever the kernel says of its addresses and routes
-// (PlaceRule), or "" if it can: a concrete listen address of either family, backends of one
-// family (a rule's backend legs share one source address), and no IPv6 [src=] (not on the fast
-// path yet).
+// (PlaceRule), or "" if it can: a concrete listen address of either family, and backends of one
+// family (a rule's backend legs share one source address).
 std::string WhyNotFast(const Rule& r) {
   const int family = r.backend.family();
   if (r.listen.is_any()) return "the fast path needs a concrete listen address";
   if (!std::all_of(r.more_backends.begin(), r.more_backends.end(),
                    [&](const RuleBackend& b) { return b.address.family() == family; })) {
     return "the fast path takes a rule's backends of one family";
-  }
-  if (family == AF_INET6 && r.source.family() == AF_INET6) {
-    return "an IPv6 [src=] is not on the fast path yet";
   }
   return "";
 }
@@ -212,9 +208,9 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     xdpfwd_lwip_set_bbr(o.tuning.bbr);  // read by each lwIP pcb as it is created, on the worker
     if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
       return Error{{},
-                   "--path xdp: the fast path takes TCP rules with a concrete listen address, "
-                   "backends of one family and no IPv6 [src=] only; use --path auto or kernel "
-                   "for the others"};
+                   "--path xdp: the fast path takes TCP rules with a concrete listen address "
+                   "and backends of one family only; use --path auto or kernel for the "
+                   "others"};
     }
     auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
                                       Error{{}, "no TCP rule with a concrete listen address"})
@@ -395,9 +391,9 @@ Result<ReloadSummary> Service::Reload(Config next) {
   }
   if (options_.path == PathChoice::kXdp && fast_next.size() != stream_rules.size()) {
     std::string why = !fast_refused.empty() ? fast_refused.front()
-                      : fast_ ? "the fast path takes TCP rules with a concrete listen address, "
-                                "backends of one family and no IPv6 [src=] only; use --path "
-                                "auto or kernel for the others"
+                      : fast_ ? "the fast path takes TCP rules with a concrete listen address "
+                                "and backends of one family only; use --path auto or kernel "
+                                "for the others"
                               : "the fast path did not start (no TCP rule it could serve): a "
                                 "restart starts it";
     return Error{{}, "--path xdp: " + why};

@@ -1,8 +1,9 @@
 // The fast path relays IPv6 and the mixed families rinetd allows, through the real xdpfwd binary
 // (--path xdp, so nothing can fall back to the kernel): IPv6 client to IPv6 backend, IPv6 to
-// IPv4 and IPv4 to IPv6, each carrying bytes both ways intact across a half close, a PROXY
-// header naming the client leg's own family, a refused backend resetting its client, and the
-// steering program's counters showing every flow redirected and none passed to the kernel.
+// IPv4 and IPv4 to IPv6, each carrying bytes both ways intact across a half close, an IPv6
+// [src=] (one more lwIP netif), a PROXY header naming the client leg's own family, a refused
+// backend resetting its client, and the steering program's counters showing every flow
+// redirected and none passed to the kernel.
 // One forwarder serves every case (a rules file), so the suite pays one start-up.
 #include <poll.h>
 #include <sys/socket.h>
@@ -110,18 +111,28 @@ TEST(RelayIpv6Test, SixToSixFourToSixAndSixToFourOnTheFastPath) {
     uint16_t port;
     bool client_v6, backend_v6;
     bool proxy = false;  // [proxy=v1]: the backend reads the header first
+    std::string src;     // [src=ADDR]: the backend leg's local address
   };
+  // One more IPv6 address on the backend side, for a rule's [src=] (one more lwIP netif);
+  // deprecated, so that the kernel never picks it as the route's source (two addresses of one
+  // prefix tie, and it took the newer one).
+  const std::string alias6 = v6.server.root.substr(0, v6.server.root.rfind("::")) + "::11";
+  ASSERT_EQ(topo.Run("", "ip -6 addr add " + alias6 + "/64 dev " + topo.server_side_if() +
+                             " nodad preferred_lft 0")
+                .status,
+            0);
   const std::vector<Case> cases = {
-      {"6 -> 6", 9000, true, true},
-      {"6 -> 4", 9001, true, false, true},
-      {"4 -> 6", 9002, false, true},
+      {"6 -> 6", 9000, true, true, false, ""},
+      {"6 -> 4", 9001, true, false, true, ""},
+      {"4 -> 6", 9002, false, true, false, ""},
+      {"6 -> 6 [src=]", 9005, true, true, false, alias6},
   };
   constexpr uint16_t kRefused6 = 9003, kRefused4To6 = 9004;  // nothing listens behind them
   std::string rules;
   for (const Case& c : cases) {
     rules += (c.client_v6 ? v6.client.root : gw4) + " " + std::to_string(c.port) + " " +
              (c.backend_v6 ? v6.server.ns : server4) + " " + std::to_string(c.port) +
-             (c.proxy ? " [proxy=v1]" : "") + "\n";
+             (c.proxy ? " [proxy=v1]" : "") + (c.src.empty() ? "" : " [src=" + c.src + "]") + "\n";
   }
   rules += v6.client.root + " " + std::to_string(kRefused6) + " " + v6.server.ns + " " +
            std::to_string(kRefused6) + "\n";
@@ -133,6 +144,7 @@ TEST(RelayIpv6Test, SixToSixFourToSixAndSixToFourOnTheFastPath) {
   // crosses the relay after the client half closed.
   struct Served {
     std::string header;
+    std::string peer;  // the backend leg's source address
     StreamStats received, sent;
   };
   std::vector<std::promise<Served>> served(cases.size());
@@ -143,6 +155,16 @@ TEST(RelayIpv6Test, SixToSixFourToSixAndSixToFourOnTheFastPath) {
                                      : TcpListen(topo.server_ns(), topo.server_addr(), c.port);
     backends.push_back(std::make_unique<Backend>(std::move(listener), [&, i](int fd) {
       Served s;
+      sockaddr_storage peer{};
+      socklen_t length = sizeof(peer);
+      if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0) {
+        char text[INET6_ADDRSTRLEN] = {};
+        const void* a =
+            peer.ss_family == AF_INET6
+                ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr)
+                : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&peer)->sin_addr);
+        s.peer = inet_ntop(peer.ss_family, a, text, sizeof(text));
+      }
       if (cases[i].proxy) s.header = ReadHeaderLine(fd);
       s.received = ReceiveAll(fd);
       s.sent = SendPattern(fd, 100 + i, kBytes);
@@ -164,6 +186,10 @@ TEST(RelayIpv6Test, SixToSixFourToSixAndSixToFourOnTheFastPath) {
     EXPECT_EQ(s.received.hash, sent.hash) << "client -> backend corrupted";
     EXPECT_EQ(got.bytes, kBytes) << "backend -> client after the client's half close";
     EXPECT_EQ(got.hash, s.sent.hash) << "backend -> client corrupted";
+    // The backend leg leaves from the rule's [src=], else the backend side's own address.
+    EXPECT_EQ(s.peer, !c.src.empty() ? c.src
+                      : c.backend_v6 ? v6.server.root
+                                     : ToString(topo.server_gw()));
     if (c.proxy) {
       // The client leg's own ends, IPv6 both, whatever the backend's family.
       sockaddr_in6 local{};
