@@ -701,10 +701,14 @@ std::string DescribeConfig(const Config& config) {
     out << "\n  served by: ";
     if (!r.is_stream()) {
       out << "the datagram relay (kernel sockets), idle timeout " << r.udp_timeout_s << " s";
-    } else if (r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any()) {
-      out << "the fast path (XDP/AF_XDP) with --path auto or xdp, else the kernel path";
+    } else if (r.listen.is_any()) {
+      out << "the kernel path (the fast path needs a concrete listen address)";
+    } else if (std::any_of(r.more_backends.begin(), r.more_backends.end(), [&](const auto& b) {
+                 return b.address.family() != r.backend.family();
+               })) {
+      out << "the kernel path (the fast path takes a rule's backends of one family)";
     } else {
-      out << "the kernel path (the fast path takes IPv4 rules with a concrete listen address)";
+      out << "the fast path (XDP/AF_XDP) with --path auto or xdp, else the kernel path";
     }
     out << "\n";
     if (r.source.family() != AF_UNSPEC) {

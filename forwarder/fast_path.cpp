@@ -93,6 +93,8 @@ Result<void> OpenInterface(FastPath::Impl& impl, FastPathInterface& i) {
   nc.gateway = i.gateway;
   nc.mtu = static_cast<uint16_t>(*mtu);
   nc.aliases = i.aliases;
+  nc.ipv6 = i.ipv6;  // :: : no IPv6 rule uses this interface
+  nc.aliases6 = i.aliases6;
   nc.verify_tcp_checksum = ShouldVerifyTcpChecksum(i.name);
   // Copy mode builds an skb per AF_XDP frame and has no GSO: a packet socket sends each flow's
   // segments of a batch as one GSO packet instead (docs/stack.md, "TX through a packet
@@ -229,9 +231,11 @@ Result<void> FormatWorkerMemory(FastPath::Impl& impl, const std::vector<RulePlac
 Result<void> Launch(FastPath::Impl& impl, const std::vector<RulePlace>& places) {
   const FastPathConfig& config = impl.config;
   for (size_t k = 0; k < config.rules.size(); ++k) {
-    const Endpoint listen = config.rules[k].listen.ipv4();
+    const IpEndpoint listen = config.rules[k].listen.ip();
     FastPathInterface& client = *impl.ifaces[places[k].client];
-    if (auto r = client.steer->AddListener(listen.addr, listen.port, config.rules[k].id); !r) {
+    if (auto r = client.steer->AddListener(SteerListenAddress(listen.addr), listen.port,
+                                           config.rules[k].id);
+        !r) {
       return r.error();
     }
     impl.steered_listeners.push_back({client.steer.get(), listen});
@@ -256,8 +260,13 @@ std::string Describe(const FastPath::Impl& m) {
   std::string d;
   for (const auto& i : m.ifaces) {
     if (!d.empty()) d += ", ";
-    std::string addrs = ToString(i->addr);
+    std::string addrs = i->addr.s_addr != 0 ? ToString(i->addr) : "";
     for (in_addr a : i->aliases) addrs += "+" + ToString(a);
+    if (i->ipv6.enabled()) {
+      addrs += (addrs.empty() ? "" : " ") + ToString(IpAddress::V6(i->ipv6.addr)) + "/" +
+               std::to_string(i->ipv6.prefix_len);
+      for (const in6_addr& a : i->aliases6) addrs += "+" + ToString(IpAddress::V6(a));
+    }
     const bool generic = i->steer->mode() == XdpMode::kGeneric;
     std::string served =
         std::to_string(i->queues) + (i->queues == 1 ? " RX queue" : " RX queues, all");
@@ -296,7 +305,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->control_pid = getpid();
-  if (config.rules.empty()) return Error{{}, "fast path: no IPv4 rules"};
+  if (config.rules.empty()) return Error{{}, "fast path: no rules"};
   auto ephemeral = KernelEphemeralPorts();
   if (!ephemeral) return Error{{}, "fast path: " + ephemeral.error().message()};
   if (config.backend_ports.automatic()) {
@@ -379,15 +388,15 @@ void FastPath::StopAccepting() {
   }
 }
 
-void FastPath::StopAccepting(const Endpoint& listen) {
+void FastPath::StopAccepting(const IpEndpoint& listen) {
   if (!impl_ || impl_->stopped) return;
   auto& all = impl_->steered_listeners;
   for (auto it = all.begin(); it != all.end();) {
-    if (it->listen.addr.s_addr != listen.addr.s_addr || it->listen.port != listen.port) {
+    if (!(it->listen == listen)) {
       ++it;
       continue;
     }
-    if (auto r = it->steer->RemoveListener(listen.addr, listen.port); !r) {
+    if (auto r = it->steer->RemoveListener(SteerListenAddress(listen.addr), listen.port); !r) {
       Log("fast path: stop accepting on " + ToString(listen) + ": " + r.error().message());
     }
     it = all.erase(it);

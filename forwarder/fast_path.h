@@ -30,7 +30,7 @@
 namespace xdpfwd {
 
 struct FastPathConfig {
-  std::vector<Rule> rules;                   // IPv4 rules with a concrete listen address
+  std::vector<Rule> rules;                   // TCP rules with a concrete listen address
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
   // The rules' backends (forwarder/health_board.h: checks' verdicts, states, weights, counters),
   // in memory the workers inherit; nullptr: none.
@@ -208,8 +208,8 @@ class FastPath {
   // steered to their workers.
   void StopAccepting();
   // The same for one listen address.
-  void StopAccepting(const Endpoint& listen);
-  // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (IPv4 TCP rules
+  void StopAccepting(const IpEndpoint& listen);
+  // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (TCP rules
   // with a concrete listen address), empty if the running workers can take it, else why not (an
   // interface not attached at start, another gateway or a new source address there, more listen
   // addresses than a worker's lwIP holds). Changes nothing.

@@ -37,10 +37,15 @@ namespace xdpfwd {
 struct FastPathInterface {
   std::string name;
   int ifindex = 0;
-  in_addr addr{};                // the one address lwIP answers on here
+  // The one IPv4 address lwIP answers on here (0: none, only IPv6 rules use the interface).
+  in_addr addr{};
   in_addr gateway{};             // next hop for destinations that are not on-link (0: all on-link)
   std::vector<in_addr> aliases;  // more local addresses (--backend-source)
-  uint32_t queues = 1;           // RX queues: worker w serves those with q mod N == w
+  // The one IPv6 address lwIP answers on here, its on-link prefix and the gateway of what is not
+  // on-link (the kernel's route to a backend; none on the client side). :: : no IPv6 rule here.
+  Ipv6Interface ipv6;
+  std::vector<in6_addr> aliases6;  // more local IPv6 addresses (rules' IPv6 [src=])
+  uint32_t queues = 1;             // RX queues: worker w serves those with q mod N == w
   std::unique_ptr<SteerProgram> steer;
   XskPortConfig port_config;  // each worker sets the queue
   LwipNetifConfig netif_config;
@@ -58,9 +63,14 @@ struct RulePlace {
   size_t client = 0;
   size_t backend = 0;
   std::string backend_if;
-  std::vector<in_addr> next_hops;  // one per backend (on-link ones: the backend itself)
-  bool prime = false;              // the route's own interface: its next hops are resolved at once
+  std::vector<IpAddress> next_hops;  // one per backend (on-link ones: the backend itself)
+  bool prime = false;  // the route's own interface: its next hops are resolved at once
 };
+
+// A listen address as the steering program's listener map takes it.
+inline SteerAddress SteerListenAddress(const IpAddress& a) {
+  return a.is_v6() ? SteerAddress::V6(a.v6()) : SteerAddress::V4(a.v4());
+}
 
 enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };
 
@@ -133,11 +143,11 @@ struct FastPath::Impl {
   // removes them; a reload adds and removes them).
   struct SteeredListener {
     SteerProgram* steer;
-    Endpoint listen;
+    IpEndpoint listen;
   };
   std::vector<SteeredListener> steered_listeners;
   bool accepting = true;  // false once StopAccepting() took every listener away (a drain)
-  std::set<std::pair<std::string, uint32_t>> primed;  // next hops resolved so far
+  std::set<std::pair<std::string, IpAddress>> primed;  // next hops resolved so far
   void PrimeOnce(const RulePlace& place);
   std::mutex rules_mu;  // one SetRules at a time
   std::vector<PortRange> backend_ports;

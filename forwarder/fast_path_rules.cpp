@@ -27,98 +27,174 @@ uint32_t RxQueueCount(const std::string& ifname) {
   return n;
 }
 
-// A rule's [src=ADDR] replaces --backend-source for its backend legs.
-std::vector<in_addr> RuleSources(const Rule& rule, const FastPathConfig& config) {
-  if (rule.source.is_ipv4()) return {rule.source.ipv4().addr};
-  return config.backend_sources;
+// A rule's [src=ADDR] replaces --backend-source for its backend legs. --backend-source takes
+// IPv4 addresses only (as on the kernel path): an IPv6 backend's legs leave from the route's
+// source.
+std::vector<IpAddress> RuleSources(const Rule& rule, const FastPathConfig& config) {
+  if (rule.source.family() != AF_UNSPEC) return {rule.source.ip().addr};
+  if (!rule.backend.is_ipv4()) return {};
+  return {config.backend_sources.begin(), config.backend_sources.end()};
 }
 
 // The backend's next hop, resolved by the kernel now, on the starting thread: the first
 // connection's SYN then finds it in the kernel's table, where it would otherwise wait on the
 // worker for a resolution (NextHopCache::kRetryMs). Peers that send us a SYN or SYN-ACK are
-// learned from it; nothing sends before our first SYN to a backend.
-void PrimeNextHop(const std::string& ifname, in_addr next_hop) {
+// learned from it; nothing sends before our first SYN to a backend. IPv4 only: an IPv6 next
+// hop is resolved by the worker's first SYN (ResolveNeighbor has no IPv6 form yet).
+void PrimeNextHop(const std::string& ifname, const IpAddress& next_hop) {
+  if (next_hop.is_v6()) return;
   const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0) return;
-  if (auto mac = ResolveNeighbor(ifindex, next_hop, std::chrono::milliseconds(500)); !mac) {
+  if (auto mac = ResolveNeighbor(ifindex, next_hop.v4(), std::chrono::milliseconds(500)); !mac) {
     Log("fast path: next hop " + ToString(next_hop) + " on " + ifname + " not resolved yet (" +
         mac.error().message() + "); the first connection waits for it");
   }
 }
 
-// The interface `name` as the fast path serves it, answering on `addr` with `gateway` as the
-// next hop of what is not on-link (0: none). While starting, a new interface is added and a
-// gateway learned; after that (a reload) the interfaces are fixed, and a rule that would need
-// one changed is refused with why.
-Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name, in_addr addr,
-                                        in_addr gateway, bool starting) {
+// One local address an interface needs for a rule: of either family, with (IPv6) its on-link
+// prefix, and the gateway of what is not on-link (unspecified: none).
+struct LocalAddress {
+  IpAddress addr;
+  IpAddress gateway;
+  uint8_t prefix_len = 128;
+};
+
+// The interface `name` as the fast path serves it, answering on `local` (one address per family
+// per interface). While starting, a new interface is added, and an address of a family the
+// interface has none of yet, or a gateway, learned; after that (a reload) the interfaces are
+// fixed, and a rule that would need one changed is refused with why.
+Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name,
+                                        const LocalAddress& local, bool starting) {
+  FastPathInterface* found = nullptr;
   for (auto& i : impl.ifaces) {
-    if (i->name != name) continue;
-    if (i->addr.s_addr != addr.s_addr) {
+    if (i->name == name) found = i.get();
+  }
+  if (found == nullptr) {
+    if (!starting) {
+      return Error{{}, name + " is not an interface the fast path attached at its start"};
+    }
+    auto i = std::make_unique<FastPathInterface>();
+    i->name = name;
+    i->ifindex = static_cast<int>(if_nametoindex(name.c_str()));
+    if (i->ifindex == 0) return SystemError("interface " + name);
+    // Every RX queue gets a socket in some worker: a packet on a queue without one would reach
+    // the kernel, which has no listener (a refused client) and no socket for a backend leg's
+    // return traffic.
+    i->queues = std::max<uint32_t>(RxQueueCount(name), 1);
+    if (i->queues > STEER_MAX_QUEUES) {
+      return Error{{},
+                   name + ": " + std::to_string(i->queues) + " RX queues, above the " +
+                       std::to_string(STEER_MAX_QUEUES) +
+                       " the steering program serves; lower them with: ethtool -L " + name +
+                       " combined N (veth: rx N tx N)"};
+    }
+    impl.ifaces.push_back(std::move(i));
+    found = impl.ifaces.back().get();
+  }
+  FastPathInterface& i = *found;
+  const bool v6 = local.addr.is_v6();
+  const IpAddress have = v6 ? IpAddress::V6(i.ipv6.addr) : IpAddress(i.addr);
+  const IpAddress have_gateway = v6 ? IpAddress::V6(i.ipv6.gateway) : IpAddress(i.gateway);
+  if (have.is_unspecified()) {
+    if (!starting) {
+      return Error{{},
+                   name + ": the running workers answer on no " + (v6 ? "IPv6" : "IPv4") +
+                       " address there (a restart adds " + ToString(local.addr) + ")"};
+    }
+    if (v6) {
+      i.ipv6.addr = local.addr.v6();
+      i.ipv6.prefix_len = local.prefix_len;
+    } else {
+      i.addr = local.addr.v4();
+    }
+  } else if (!(have == local.addr)) {
+    return Error{{},
+                 name +
+                     ": the fast path answers on one address of each family per interface, "
+                     "and rules need both " +
+                     ToString(have) + " and " + ToString(local.addr) + " there"};
+  }
+  if (!local.gateway.is_unspecified() && !(local.gateway == have_gateway)) {
+    if (!starting) {
       return Error{
           {},
-          name + ": the fast path answers on one address per interface, and rules need both " +
-              ToString(i->addr) + " and " + ToString(addr) + " there"};
+          name + ": the route goes through " + ToString(local.gateway) +
+              ", and the running workers send through " +
+              (have_gateway.is_unspecified() ? std::string("no gateway") : ToString(have_gateway)) +
+              " there"};
     }
-    if (gateway.s_addr != 0 && gateway.s_addr != i->gateway.s_addr) {
-      if (!starting) {
-        return Error{
-            {},
-            name + ": the route goes through " + ToString(gateway) +
-                ", and the running workers send through " +
-                (i->gateway.s_addr == 0 ? std::string("no gateway") : ToString(i->gateway)) +
-                " there"};
-      }
-      i->gateway = gateway;
+    if (v6) {
+      i.ipv6.gateway = local.gateway.v6();
+    } else {
+      i.gateway = local.gateway.v4();
     }
-    return i.get();
   }
-  if (!starting) {
-    return Error{{}, name + " is not an interface the fast path attached at its start"};
+  return found;
+}
+
+// The client side: the interface holding the listen address (or --iface), and the address with
+// its prefix (IPv6: what is on-link; the client side has no gateway, as for IPv4).
+Result<std::pair<std::string, LocalAddress>> ClientSide(const FastPathConfig& config,
+                                                        const IpAddress& listen) {
+  LocalAddress local;
+  local.addr = listen;
+  if (!listen.is_v6()) {
+    if (!config.listen_iface.empty()) return std::pair{config.listen_iface, local};
+    auto holder = InterfaceWithAddress(listen.v4());
+    if (!holder) return holder.error();
+    return std::pair{holder->second, local};
   }
-  auto i = std::make_unique<FastPathInterface>();
-  i->name = name;
-  i->addr = addr;
-  i->gateway = gateway;
-  i->ifindex = static_cast<int>(if_nametoindex(name.c_str()));
-  if (i->ifindex == 0) return SystemError("interface " + name);
-  // Every RX queue gets a socket in some worker: a packet on a queue without one would reach
-  // the kernel, which has no listener (a refused client) and no socket for a backend leg's
-  // return traffic.
-  i->queues = std::max<uint32_t>(RxQueueCount(name), 1);
-  if (i->queues > STEER_MAX_QUEUES) {
-    return Error{{},
-                 name + ": " + std::to_string(i->queues) + " RX queues, above the " +
-                     std::to_string(STEER_MAX_QUEUES) +
-                     " the steering program serves; lower them with: ethtool -L " + name +
-                     " combined N (veth: rx N tx N)"};
+  auto holder = InterfaceWithAddress(listen.v6());
+  if (!holder) return holder.error();
+  local.prefix_len = holder->prefix_len;
+  return std::pair{config.listen_iface.empty() ? holder->name : config.listen_iface, local};
+}
+
+// The kernel's route to one backend, of either family, as the fast path uses it.
+struct BackendRoute {
+  std::string ifname;
+  int oif = 0;
+  IpAddress gateway;  // unspecified: on-link
+  IpAddress prefsrc;  // unspecified: the kernel chose none
+  IpAddress next_hop;
+};
+
+Result<BackendRoute> RouteTo(const IpAddress& backend) {
+  if (backend.is_v6()) {
+    auto r = LookupRoute(backend.v6());
+    if (!r) return r.error();
+    return BackendRoute{r->ifname, r->oif, IpAddress::V6(r->gateway), IpAddress::V6(r->prefsrc),
+                        IpAddress::V6(r->next_hop)};
   }
-  impl.ifaces.push_back(std::move(i));
-  return impl.ifaces.back().get();
+  auto r = LookupRoute(backend.v4());
+  if (!r) return r.error();
+  return BackendRoute{r->ifname, r->oif, r->gateway, r->prefsrc, r->next_hop};
 }
 
 }  // namespace
 
 // Where one rule's clients arrive and its backend legs leave, found from the kernel's addresses
-// and routes; `starting`: as GetInterface's.
+// and routes; `starting`: as GetInterface's. The listen address and the backends may be of either
+// family, each on its own (rinetd's 4-to-6 and 6-to-4); a rule's backends share one family, as
+// they share an interface and a gateway.
 Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool starting) {
   const FastPathConfig& config = impl.config;
   const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
-  if (!rule.listen.is_ipv4() || !rule.backend.is_ipv4()) {
-    return Error{{}, what + ": the fast path is IPv4 only (use --path kernel or auto)"};
-  }
-  const Endpoint listen = rule.listen.ipv4();
-  const Endpoint backend = rule.backend.ipv4();
+  const IpEndpoint listen = rule.listen.ip();
+  const IpEndpoint backend = rule.backend.ip();
   if (rule.listen.is_any()) {
-    return Error{{}, what + ": the fast path needs a concrete listen address, not 0.0.0.0"};
+    return Error{{},
+                 what + ": the fast path needs a concrete listen address, not " +
+                     (listen.addr.is_v6() ? "::" : "0.0.0.0")};
   }
-  std::string listen_if = config.listen_iface;
-  if (listen_if.empty()) {
-    auto holder = InterfaceWithAddress(listen.addr);
-    if (!holder) return Error{{}, what + ": " + holder.error().message()};
-    listen_if = holder->second;
+  const bool backend_v6 = backend.addr.is_v6();
+  if (backend_v6 && IN6_IS_ADDR_V4MAPPED(&backend.addr.v6())) {
+    return Error{{}, what + ": the fast path takes no IPv4-mapped IPv6 backend; write it as IPv4"};
   }
-  auto route = LookupRoute(backend.addr);
+  auto client = ClientSide(config, listen.addr);
+  if (!client) return Error{{}, what + ": " + client.error().message()};
+  const std::string& listen_if = client->first;
+  auto route = RouteTo(backend.addr);
   if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
   RulePlace place;
   place.backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
@@ -127,18 +203,19 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
   // Its other backends go out the same way: a rule's backend legs share its backend-side
   // interface and source addresses (forwarder/relay.h's RelayBackend).
   for (const RuleBackend& more : rule.more_backends) {
-    if (!more.address.is_ipv4()) {
+    if (more.address.is_ipv4() == backend_v6) {
       return Error{{},
                    what + ": backend " + ToString(more.address) +
-                       ": the fast path is IPv4 only (use --path kernel or auto)"};
+                       " is not of the first backend's family: the fast path serves a rule's "
+                       "backends from one source address"};
     }
-    auto other = LookupRoute(more.address.ipv4().addr);
+    auto other = RouteTo(more.address.ip().addr);
     if (!other) {
       return Error{{},
                    what + ": no route to backend " + ToString(more.address) + ": " +
                        other.error().message()};
     }
-    if (other->ifname != route->ifname || other->gateway.s_addr != route->gateway.s_addr) {
+    if (other->ifname != route->ifname || !(other->gateway == route->gateway)) {
       return Error{{},
                    what + ": backend " + ToString(more.address) + " is reached via " +
                        other->ifname + ", the rule's first backend via " + route->ifname +
@@ -147,21 +224,70 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
     }
     place.next_hops.push_back(other->next_hop);
   }
-  in_addr source = route->prefsrc;
-  if (place.backend_if == listen_if) source = listen.addr;
-  if (source.s_addr == 0) {
+  LocalAddress source;
+  source.addr = route->prefsrc;
+  source.gateway = route->gateway;
+  if (place.backend_if == listen_if && listen.addr.family == backend.addr.family) {
+    source.addr = listen.addr;
+  }
+  if (backend_v6 && source.addr == listen.addr) {
+    source.prefix_len = client->second.prefix_len;
+  } else if (backend_v6) {
+    // The backend side's IPv6 address (the netif's one): the route's source, else the
+    // interface's first global address; its prefix is what is on-link there.
+    if (source.addr.is_unspecified()) {
+      auto global =
+          InterfaceIpv6Address(static_cast<int>(if_nametoindex(place.backend_if.c_str())));
+      if (!global) return Error{{}, what + ": " + global.error().message()};
+      source.addr = IpAddress::V6(global->addr);
+    }
+    auto holder = InterfaceWithAddress(source.addr.v6());
+    if (!holder) return Error{{}, what + ": source " + holder.error().message()};
+    source.prefix_len = holder->prefix_len;
+  }
+  if (source.addr.is_unspecified()) {
     return Error{{},
                  what + ": the kernel's route to " + ToString(backend.addr) + " via " +
                      place.backend_if + " has no source address"};
   }
-  auto client_side = GetInterface(impl, listen_if, listen.addr, in_addr{}, starting);
+  auto client_side = GetInterface(impl, listen_if, client->second, starting);
   if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
-  auto backend_side = GetInterface(impl, place.backend_if, source, route->gateway, starting);
+  auto backend_side = GetInterface(impl, place.backend_if, source, starting);
   if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
   // --backend-source (or the rule's [src=ADDR]): each address must be the kernel's on the
   // backend-side interface, so the kernel answers ARP for it; lwIP answers TCP on it.
-  const char* source_option = rule.source.is_ipv4() ? "[src=]" : "--backend-source";
-  for (in_addr extra : RuleSources(rule, config)) {
+  const char* source_option = rule.source.family() != AF_UNSPEC ? "[src=]" : "--backend-source";
+  for (const IpAddress& extra_address : RuleSources(rule, config)) {
+    if (extra_address.is_v6() != backend_v6) {
+      return Error{{},
+                   what + ": " + source_option + " " + ToString(extra_address) +
+                       " is not of the backend's family"};
+    }
+    if (extra_address.is_v6()) {
+      // An IPv6 [src=]: one more netif with that address, as IPv4's aliases.
+      auto holder = InterfaceWithAddress(extra_address.v6());
+      if (!holder || holder->name != place.backend_if) {
+        return Error{{},
+                     what + ": " + source_option + " " + ToString(extra_address) +
+                         " is not an address of " + place.backend_if +
+                         " (the interface toward the backend); add it with: ip -6 addr add " +
+                         ToString(extra_address) + "/128 dev " + place.backend_if};
+      }
+      auto& aliases6 = (*backend_side)->aliases6;
+      if (extra_address == source.addr ||
+          std::any_of(aliases6.begin(), aliases6.end(),
+                      [&](const in6_addr& a) { return IpAddress::V6(a) == extra_address; })) {
+        continue;
+      }
+      if (!starting) {
+        return Error{{},
+                     what + ": " + source_option + " " + ToString(extra_address) +
+                         " is not an address the running workers answer on (a restart adds it)"};
+      }
+      aliases6.push_back(extra_address.v6());
+      continue;
+    }
+    const in_addr extra = extra_address.v4();
     auto holder = InterfaceWithAddress(extra);
     if (!holder || holder->second != place.backend_if) {
       return Error{{},
@@ -171,7 +297,7 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
                        ToString(extra) + "/32 dev " + place.backend_if};
     }
     auto& aliases = (*backend_side)->aliases;
-    if (extra.s_addr == source.s_addr ||
+    if (IpAddress(extra) == source.addr ||
         std::any_of(aliases.begin(), aliases.end(),
                     [&](in_addr a) { return a.s_addr == extra.s_addr; })) {
       continue;
@@ -192,8 +318,8 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
 
 void FastPath::Impl::PrimeOnce(const RulePlace& place) {
   if (!place.prime) return;
-  for (in_addr next_hop : place.next_hops) {
-    if (primed.insert({place.backend_if, next_hop.s_addr}).second) {
+  for (const IpAddress& next_hop : place.next_hops) {
+    if (primed.insert({place.backend_if, next_hop}).second) {
       PrimeNextHop(place.backend_if, next_hop);  // once per next hop: it may wait 500 ms
     }
   }
@@ -209,8 +335,8 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     w.id = rules[k].id;
     w.client_iface = static_cast<uint16_t>(places[k].client);
     w.backend_iface = static_cast<uint16_t>(places[k].backend);
-    w.listen = rules[k].listen.ipv4();
-    w.backend = rules[k].backend.ipv4();
+    w.listen = rules[k].listen.ip();
+    w.backend = rules[k].backend.ip();
     w.sources = RuleSources(rules[k], config);
     w.access = rules[k].access;
     w.proxy = rules[k].proxy;
@@ -219,7 +345,7 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     w.backend_weight = rules[k].backend_weight;
     w.balance = rules[k].balance;
     for (const RuleBackend& b : rules[k].more_backends) {
-      w.more_backends.push_back(RelayBackend{b.address.ipv4(), b.weight, b.backup});
+      w.more_backends.push_back(RelayBackend{b.address.ip(), b.weight, b.backup});
     }
     set.rules.push_back(std::move(w));
   }
@@ -228,7 +354,7 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
 
 std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
   std::vector<std::string> why_not;
-  std::vector<Endpoint> listens;
+  std::vector<IpEndpoint> listens;
   const size_t most = std::min<size_t>(LwipListenerCapacity(), STEER_MAX_LISTENERS);
   for (const Rule& rule : rules) {
     auto place = PlaceRule(*impl_, rule, /*starting=*/false);
@@ -236,10 +362,8 @@ std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
       why_not.push_back(place.error().message());
       continue;
     }
-    const Endpoint listen = rule.listen.ipv4();
-    const bool known = std::any_of(listens.begin(), listens.end(), [&](const Endpoint& e) {
-      return e.addr.s_addr == listen.addr.s_addr && e.port == listen.port;
-    });
+    const IpEndpoint listen = rule.listen.ip();
+    const bool known = std::find(listens.begin(), listens.end(), listen) != listens.end();
     if (!known && listens.size() == most) {
       why_not.push_back("rule " + ToString(rule.listen) + " -> " + ToString(rule.backend) +
                         ": a fast-path worker listens on " + std::to_string(most) +
@@ -266,10 +390,9 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
   }
   // A new backend's first SYN finds its next hop in the kernel's table.
   for (const RulePlace& place : places) m.PrimeOnce(place);
-  auto has_listen = [&](const Endpoint& e) {
-    return std::any_of(rules.begin(), rules.end(), [&](const Rule& r) {
-      return r.listen.ipv4().addr.s_addr == e.addr.s_addr && r.listen.ipv4().port == e.port;
-    });
+  auto has_listen = [&](const IpEndpoint& e) {
+    return std::any_of(rules.begin(), rules.end(),
+                       [&](const Rule& r) { return r.listen.ip() == e; });
   };
   // Listen addresses that go: no new client is steered to them from here on, and the workers
   // close their listeners below.
@@ -315,16 +438,15 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
   }
   // Now the workers listen: new addresses are steered to them, kept ones carry the new rule id.
   for (size_t k = 0; k < rules.size() && m.accepting; ++k) {
-    const Endpoint listen = rules[k].listen.ipv4();
+    const IpEndpoint listen = rules[k].listen.ip();
     SteerProgram* steer = m.ifaces[places[k].client]->steer.get();
-    if (auto r = steer->AddListener(listen.addr, listen.port, rules[k].id); !r) {
+    if (auto r = steer->AddListener(SteerListenAddress(listen.addr), listen.port, rules[k].id);
+        !r) {
       note(r.error().message());
       continue;
     }
-    const bool known =
-        std::any_of(m.steered_listeners.begin(), m.steered_listeners.end(), [&](const auto& l) {
-          return l.listen.addr.s_addr == listen.addr.s_addr && l.listen.port == listen.port;
-        });
+    const bool known = std::any_of(m.steered_listeners.begin(), m.steered_listeners.end(),
+                                   [&](const auto& l) { return l.listen == listen; });
     if (!known) m.steered_listeners.push_back({steer, listen});
   }
   if (!problems.empty()) return Error{{}, problems};

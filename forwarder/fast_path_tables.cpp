@@ -45,7 +45,9 @@ bool WaitFor(const std::atomic<uint64_t>& published, uint64_t want) {
   return true;
 }
 
-std::string FlowEnd(in_addr addr, uint16_t port) { return ToString(Endpoint{addr, port}); }
+std::string FlowEnd(const IpAddress& addr, uint16_t port) {
+  return ToString(IpEndpoint{addr, port});
+}
 
 void FillLeg(LegTcpInfo& leg, const lwip_pcb::PcbInfo& i) {
   leg.state = lwip_pcb::StateName(i.state);

@@ -57,7 +57,7 @@ class WorkerProcess {
   // iteration while one is asked for; two loads when none is.
   void ServeTable(uint64_t now_ns);
   // The ports of `relay` config's worker_ports: this worker's share of each backend's ports.
-  std::vector<uint16_t> PortsToward(in_addr source, const Endpoint& backend) const;
+  std::vector<uint16_t> PortsToward(const IpAddress& source, const IpEndpoint& backend) const;
   // The shared rule table's rules as the relay serves them, on this process's interfaces.
   std::vector<RelayRule> RelayRules(const std::vector<WorkerRule>& rules) const;
   // A reload: the table's generation moved since the relay took it.
@@ -122,19 +122,23 @@ void WorkerProcess::ServeTable(uint64_t now_ns) {
   }
 }
 
-std::vector<uint16_t> WorkerProcess::PortsToward(in_addr source, const Endpoint& backend) const {
+std::vector<uint16_t> WorkerProcess::PortsToward(const IpAddress& source,
+                                                 const IpEndpoint& backend) const {
+  // The Toeplitz hash here is IPv4's; an IPv6 leg's ports are sliced (its replies handed over
+  // where they land).
   for (const auto& i : impl_.ifaces) {
-    if (!i->rss || (i->addr.s_addr != source.s_addr &&
+    if (source.is_v6() || backend.addr.is_v6()) break;
+    if (!i->rss || (i->addr.s_addr != source.v4().s_addr &&
                     std::none_of(i->aliases.begin(), i->aliases.end(),
-                                 [&](in_addr a) { return a.s_addr == source.s_addr; }))) {
+                                 [&](in_addr a) { return a.s_addr == source.v4().s_addr; }))) {
       continue;
     }
     // The backend's replies land on the queue the device's RSS picks: ports whose replies
     // land on one of ours make the handoff rare.
     std::vector<uint32_t> mine;
     for (uint32_t q = index_; q < i->queues; q += impl_.workers) mine.push_back(q);
-    auto ports =
-        PortsLandingOn(*i->rss, mine, source, backend.addr, backend.port, impl_.backend_ports);
+    auto ports = PortsLandingOn(*i->rss, mine, source.v4(), backend.addr.v4(), backend.port,
+                                impl_.backend_ports);
     if (!ports.empty()) return ports;
   }
   return SliceOfPorts(impl_.backend_ports, index_, impl_.workers);
@@ -157,7 +161,10 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.more_backends = w.more_backends;
     rr.balance = w.balance;
     rr.backend_sources = w.sources;
-    if (rr.backend_sources.empty()) rr.backend_sources = {backend_side.addr};
+    if (rr.backend_sources.empty()) {
+      rr.backend_sources = {w.backend.addr.is_v6() ? IpAddress::V6(backend_side.ipv6.addr)
+                                                   : IpAddress(backend_side.addr)};
+    }
     rr.client_side = impl_.ifaces[w.client_iface]->steer.get();
     rr.backend_side = backend_side.steer.get();
     out.push_back(std::move(rr));
@@ -237,7 +244,7 @@ Result<void> WorkerProcess::Setup() {
   if (!impl_.config.zero_copy_relay) rc.zero_copy_refs = 0;
   worker_.HoldOutOfOrderAcks(impl_.config.ooseq_ack_hold);
   if (impl_.workers > 1) {
-    rc.worker_ports = [this](in_addr source, const Endpoint& backend) {
+    rc.worker_ports = [this](const IpAddress& source, const IpEndpoint& backend) {
       return PortsToward(source, backend);
     };
   }

@@ -45,8 +45,8 @@ void FlowLedger::Refuse(const FlowRoute& route, const FlowTuple& client_flow, ui
                                      config_.clock_ns()});
 }
 
-BackendPorts& FlowLedger::PortsFor(in_addr source, const Endpoint& backend) {
-  auto& slot = ports_[{source.s_addr, backend.addr.s_addr, backend.port}];
+BackendPorts& FlowLedger::PortsFor(const IpAddress& source, const IpEndpoint& backend) {
+  auto& slot = ports_[{source, backend.addr, backend.port}];
   if (!slot) {
     slot = config_.worker_ports
                ? std::make_unique<BackendPorts>(config_.worker_ports(source, backend))
@@ -59,7 +59,7 @@ bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
   const FlowRoute& route = *b.route;
   const size_t sources = route.backend_sources.size();
   for (size_t tried = 0; tried < sources; ++tried) {
-    const in_addr source = route.backend_sources[next_source_++ % sources];
+    const IpAddress& source = route.backend_sources[next_source_++ % sources];
     BackendPorts& ports = PortsFor(source, b.backend);
     if (const auto lease = ports.Acquire()) {
       b.ports = &ports;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "forwarder/backend_ports.h"
-#include "os/endpoint.h"
+#include "os/ip_address.h"
 #include "xdp/flow_table.h"
 
 namespace xdpfwd {
@@ -22,10 +22,11 @@ namespace xdpfwd {
 // Where one rule's flows are entered and where its backend legs go.
 struct FlowRoute {
   uint32_t id = 0;
-  Endpoint backend;
+  IpEndpoint backend;
   // Local addresses of backend legs, used in turn (each adds a port space toward the backend):
-  // the backend-side netif's address, then any --backend-source aliases lwIP answers on.
-  std::vector<in_addr> backend_sources;
+  // the backend-side netif's address, then any --backend-source aliases lwIP answers on. Of the
+  // backend's family.
+  std::vector<IpAddress> backend_sources;
   FlowTable* client_side = nullptr;   // holds the clients' flows (the program inserts them)
   FlowTable* backend_side = nullptr;  // the ledger enters the backend legs' flows here
 };
@@ -37,7 +38,7 @@ struct FlowBooking {
   FlowTuple client_flow{};
   // Where the backend leg goes: the route's backend, or another the relay chose for this
   // connection (a rule with several backends).
-  Endpoint backend{};
+  IpEndpoint backend{};
   FlowTuple backend_flow{};
   BackendPorts* ports = nullptr;  // null while no backend port is held
   BackendPorts::Lease lease{};
@@ -51,7 +52,8 @@ struct FlowLedgerConfig {
   uint32_t worker = 0;                   // the worker entries are owned by (steer_flow.owner)
   // N workers: the ports of backend_ports this worker may use from `source` toward `backend`
   // (disjoint from every other worker's, so no allocator is shared). Empty: all of them.
-  std::function<std::vector<uint16_t>(in_addr source, const Endpoint& backend)> worker_ports;
+  std::function<std::vector<uint16_t>(const IpAddress& source, const IpEndpoint& backend)>
+      worker_ports;
   uint64_t flow_linger_ms = 1000;  // RelayConfig::flow_linger_ms says why
   // The clock flow tables stamp entries with (CLOCK_MONOTONIC, as bpf_ktime_get_ns reads).
   uint64_t (*clock_ns)() = nullptr;  // null: MonotonicNs
@@ -127,14 +129,14 @@ class FlowLedger {
     BackendPorts::Lease lease;
     uint64_t stamp_ns;  // client flow: only if the entry's stamp is not newer than this
   };
-  BackendPorts& PortsFor(in_addr source, const Endpoint& backend);
+  BackendPorts& PortsFor(const IpAddress& source, const IpEndpoint& backend);
   void Remove(const PendingRemoval& r);
   // Removes the first `n` of backend_removals_ whose port was not reused meanwhile, batched.
   void RemoveBackendEntries(size_t n);
 
   FlowLedgerConfig config_;
   // Per (source address, backend address, backend port): created on first use.
-  std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
+  std::map<std::tuple<IpAddress, IpAddress, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
   size_t next_source_ = 0;  // round robin over a route's backend sources
   // Due times are increasing in each: a constant linger. Client entries, and refused clients';
   // backend legs' apart, for their batches.

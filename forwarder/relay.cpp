@@ -278,7 +278,7 @@ Result<std::unique_ptr<Relay>> Relay::Create(const RelayConfig& config) {
 
 Result<void> Relay::Listen(RuleVersion& version, RelayCounters& counters) {
   const RelayRule& rule = version.rule;
-  tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+  tcp_pcb* pcb = tcp_new_ip_type(rule.listen.addr.is_v6() ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
   if (pcb == nullptr) return Error{{}, "lwIP: no pcb for a listener (MEMP_NUM_TCP_PCB)"};
   // Not tcp_bind: it refuses a port that connections still use (lwIP has no SO_REUSEADDR in
   // our build), and a reload that gives back a listen address it removed finds that address's
@@ -338,7 +338,7 @@ int Relay::Accept(Listener& listener, tcp_pcb* pcb) {
   // With [accept-proxy] the allow/deny lines judge the client the header names (relay_proxy.cpp).
   if (!accept_proxy && HasAccessPatterns(config_.global_access, listener.rule->access)) {
     const AccessVerdict verdict =
-        CheckAccess(config_.global_access, listener.rule->access, ClientAddressText(ends.remote));
+        CheckAccess(config_.global_access, listener.rule->access, ToString(ends.remote));
     if (verdict != AccessVerdict::kAllowed) {
       RelayCounters::Add(verdict == AccessVerdict::kDenied ? counters_.denied
                                                            : counters_.not_allowed);
@@ -434,13 +434,11 @@ bool Relay::SendProxyHeader(Connection& c) {
     return tcp_write(c.backend.pcb, h.bytes, static_cast<u16_t>(h.size), TCP_WRITE_FLAG_COPY) ==
            ERR_OK;
   }
+  // The client leg's own ends, of the client's family whatever the backend's: MakeProxyHeader
+  // names them TCP4 or TCP6 (docs/configuration.md).
   const lwip_pcb::Endpoints ends = lwip_pcb::EndpointsOf(c.client.pcb);
-  sockaddr_in client{}, listen{};
-  client.sin_family = listen.sin_family = AF_INET;
-  client.sin_addr = ends.remote;
-  client.sin_port = htons(ends.remote_port);
-  listen.sin_addr = ends.local;
-  listen.sin_port = htons(ends.local_port);
+  const sockaddr_storage client = ToSockaddr(IpEndpoint{ends.remote, ends.remote_port});
+  const sockaddr_storage listen = ToSockaddr(IpEndpoint{ends.local, ends.local_port});
   const ProxyHeader h = MakeProxyHeader(c.rule->proxy, reinterpret_cast<const sockaddr*>(&client),
                                         reinterpret_cast<const sockaddr*>(&listen));
   return tcp_write(c.backend.pcb, h.bytes, static_cast<u16_t>(h.size), TCP_WRITE_FLAG_COPY) ==
@@ -450,7 +448,8 @@ bool Relay::SendProxyHeader(Connection& c) {
 // nullptr when the backend leg is on its way, else the counter saying why it is not.
 std::atomic<uint64_t>* Relay::StartBackend(Connection& c) {
   if (!ledger_.LeaseBackendPort(c.flows)) return &counters_.backend_no_port;
-  tcp_pcb* pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+  // The backend's family, which may not be the client's (a 4-to-6 or 6-to-4 rule).
+  tcp_pcb* pcb = tcp_new_ip_type(c.flows.backend.addr.is_v6() ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
   if (pcb == nullptr) {
     ledger_.ReleaseBackendPort(c.flows);
     return &counters_.backend_error;
@@ -605,10 +604,7 @@ void Relay::RecordSession(const RelayRule& rule, const FlowTuple& client_flow, S
   if (origin != nullptr && origin->has_addresses) {
     e.client = origin->source;
   } else {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&e.client);
-    sin->sin_family = AF_INET;
-    sin->sin_addr = client_flow.saddr;
-    sin->sin_port = htons(client_flow.sport);
+    e.client = ToSockaddr(IpEndpoint{client_flow.saddr, client_flow.sport});
   }
   e.bytes_in = bytes_in;
   e.bytes_out = bytes_out;

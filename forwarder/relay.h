@@ -33,14 +33,14 @@ namespace xdpfwd {
 // One more backend of a rule (its `backend` lines), reached like the rule's own backend: through
 // the rule's backend-side interface, from its backend sources.
 struct RelayBackend {
-  Endpoint address;
+  IpEndpoint address;
   uint32_t weight = 1;
   bool backup = false;
 };
 
 // A rule as the relay serves it: the listener, and the route its flows and backend legs take.
 struct RelayRule : FlowRoute {
-  Endpoint listen;
+  IpEndpoint listen;                         // either family; its backends may be of the other
   std::vector<AccessPattern> access;         // the rule's own allow/deny lines (forwarder/access.h)
   ProxyVersion proxy = ProxyVersion::kNone;  // a PROXY header first toward the backend
   AcceptProxy accept_proxy;                  // a PROXY header first from the client
@@ -62,7 +62,8 @@ struct RelayConfig {
   std::vector<PortRange> backend_ports;  // never empty (DefaultBackendPorts)
   uint32_t worker = 0;                   // the worker this relay runs on (flow owner)
   // FlowLedgerConfig's: this worker's share of backend_ports (N workers), empty for all.
-  std::function<std::vector<uint16_t>(in_addr source, const Endpoint& backend)> worker_ports;
+  std::function<std::vector<uint16_t>(const IpAddress& source, const IpEndpoint& backend)>
+      worker_ports;
   // How long a closed connection's flow entries stay. Legs leave no TIME_WAIT pcb behind
   // (lwip_pcb::Release), so a late segment meets a reset from lwIP or the kernel alike; the
   // linger only keeps segments still in flight at the close on one path. Short, because a
@@ -196,11 +197,11 @@ class Relay {
   bool SendProxyHeader(Connection& c);  // false: lwIP would not queue it
   // [accept-proxy] (relay_proxy.cpp): whether `peer` may send the rule's clients' headers; the
   // client's bytes `p` (nullptr: its FIN) while its header is awaited; a whole header read.
-  static bool ProxyTrusted(const RelayRule& rule, in_addr peer);
+  static bool ProxyTrusted(const RelayRule& rule, const IpAddress& peer);
   void ReceiveProxyHeader(Connection& c, pbuf* p);
   void ProxyHeaderRead(Connection& c, const ProxyParse& header);
   void RefuseProxyHeader(Connection& c, std::atomic<uint64_t>& reason, const char* what);
-  void LogProxyRefusal(const RelayRule& rule, in_addr sender, const char* what);
+  void LogProxyRefusal(const RelayRule& rule, const IpAddress& sender, const char* what);
   void Pump(Connection& c, Leg& from, Leg& to);
   void MaybeCloseLeg(Connection& c, Leg& leg);
   void CloseFinishedLegs(Connection& c);

@@ -21,11 +21,7 @@ extern "C" {
 
 namespace xdpfwd {
 
-inline ip_addr_t LwipAddress(in_addr a) {
-  ip_addr_t out;
-  ip_addr_set_ip4_u32(&out, a.s_addr);
-  return out;
-}
+inline ip_addr_t LwipAddress(const IpAddress& a) { return lwip_pcb::ToLwipAddress(a); }
 
 // Received data waiting for the other leg: a queue of pbuf chains (a chain's length is a u16,
 // so a window's worth of data cannot be one chain). Empty costs nothing.
@@ -153,7 +149,7 @@ struct Relay::Connection : ListHook<Connection, ByActivity>,
 struct Relay::RuleVersion {
   RuleVersion(const RelayRule& r, HealthBoard* board)
       : rule(r), backends(r.id, r.balance, Backends(r), board) {}
-  Endpoint backend(size_t i) const {
+  IpEndpoint backend(size_t i) const {
     return i == 0 ? rule.backend : rule.more_backends[i - 1].address;
   }
   size_t backend_count() const { return 1 + rule.more_backends.size(); }

@@ -13,8 +13,8 @@
 
 namespace xdpfwd {
 
-bool Relay::ProxyTrusted(const RelayRule& rule, in_addr peer) {
-  const std::string text = ClientAddressText(peer);
+bool Relay::ProxyTrusted(const RelayRule& rule, const IpAddress& peer) {
+  const std::string text = ToString(peer);
   return std::any_of(rule.accept_proxy.from.begin(), rule.accept_proxy.from.end(),
                      [&](const AccessPattern& p) { return GlobMatch(text, p.pattern); });
 }
@@ -52,7 +52,7 @@ void Relay::ProxyHeaderRead(Connection& c, const ProxyParse& header) {
   if (HasAccessPatterns(config_.global_access, c.rule->access)) {
     const std::string client =
         origin.has_addresses ? ClientAddressText(reinterpret_cast<const sockaddr*>(&origin.source))
-                             : ClientAddressText(c.flows.client_flow.saddr);
+                             : ToString(c.flows.client_flow.saddr);
     const AccessVerdict verdict = CheckAccess(config_.global_access, c.rule->access, client);
     if (verdict != AccessVerdict::kAllowed) {  // refused as any client is: closed, not relayed
       const bool denied = verdict == AccessVerdict::kDenied;
@@ -79,11 +79,11 @@ void Relay::RefuseProxyHeader(Connection& c, std::atomic<uint64_t>& reason, cons
 }
 
 // One line a second at most: a misconfigured proxy (or a scan) would refuse every connection.
-void Relay::LogProxyRefusal(const RelayRule& rule, in_addr sender, const char* what) {
+void Relay::LogProxyRefusal(const RelayRule& rule, const IpAddress& sender, const char* what) {
   uint64_t held_back = 0;
   if (!proxy_log_.Count(now_ms_, held_back)) return;
-  std::string line = "relay: " + ToString(rule.listen) + ": PROXY header from " +
-                     ClientAddressText(sender) + " refused: " + what;
+  std::string line = "relay: " + ToString(rule.listen) + ": PROXY header from " + ToString(sender) +
+                     " refused: " + what;
   if (held_back > 0) line += "; " + std::to_string(held_back) + " more since the last such line";
   Log(line);
 }

@@ -18,9 +18,7 @@ namespace xdpfwd {
 Result<void> Relay::SetRules(const std::vector<RelayRule>& rules,
                              const std::vector<AccessPattern>& global_access) {
   config_.global_access = global_access;
-  auto same_address = [](const Endpoint& a, const Endpoint& b) {
-    return a.addr.s_addr == b.addr.s_addr && a.port == b.port;
-  };
+  auto same_address = [](const IpEndpoint& a, const IpEndpoint& b) { return a == b; };
   // Listen addresses no rule has any more: closed first, so that a rule may move between them.
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     const bool kept = std::any_of(rules.begin(), rules.end(), [&](const RelayRule& r) {
@@ -94,8 +92,8 @@ bool Relay::PickBackend(Connection& c) {
           ? std::span<const uint8_t>(
                 origin,
                 ClientAddressBytes(reinterpret_cast<const sockaddr*>(&c.origin->source), origin))
-          : std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&c.flows.client_flow.saddr),
-                                     sizeof(in_addr));
+          : std::span<const uint8_t>(static_cast<const uint8_t*>(c.flows.client_flow.saddr.data()),
+                                     c.flows.client_flow.saddr.size());
   const auto pick = v.backends.Pick(now_ms_, c.tried, client);
   if (!pick) return false;
   c.backend_index = *pick;

@@ -33,6 +33,15 @@ Endpoint SocketAddress::ipv4() const {
   return Endpoint{sin->sin_addr, ntohs(sin->sin_port)};
 }
 
+IpEndpoint SocketAddress::ip() const {
+  if (is_ipv4()) {
+    const Endpoint e = ipv4();
+    return IpEndpoint{e.addr, e.port};
+  }
+  const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+  return IpEndpoint{IpAddress::V6(sin6->sin6_addr), ntohs(sin6->sin6_port)};
+}
+
 bool SocketAddress::is_any() const {
   if (family() == AF_INET) {
     return reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr == INADDR_ANY;

@@ -15,6 +15,7 @@
 #include "forwarder/balance.h"
 #include "forwarder/proxy_protocol.h"
 #include "os/endpoint.h"
+#include "os/ip_address.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -29,6 +30,8 @@ struct SocketAddress {
   bool is_ipv4() const { return family() == AF_INET; }
   // The IPv4 address and port (only when is_ipv4()).
   Endpoint ipv4() const;
+  // The address (either family) and port; an IPv4-mapped IPv6 address stays IPv6.
+  IpEndpoint ip() const;
   bool is_any() const;  // 0.0.0.0 or ::
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
 };

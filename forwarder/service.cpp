@@ -109,11 +109,20 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
          });
 }
 
-bool FastEligible(const Rule& r) {
-  return r.is_stream() && r.listen.is_ipv4() && r.backend.is_ipv4() && !r.listen.is_any() &&
-         std::all_of(r.more_backends.begin(), r.more_backends.end(),
-                     [](const RuleBackend& b) { return b.address.is_ipv4(); });
+// Why the fast path cannot take a TCP rule whatever the kernel says of its addresses and routes
+// (PlaceRule), or "" if it can: a concrete listen address of either family, and backends of one
+// family (a rule's backend legs share one source address).
+std::string WhyNotFast(const Rule& r) {
+  const int family = r.backend.family();
+  if (r.listen.is_any()) return "the fast path needs a concrete listen address";
+  if (!std::all_of(r.more_backends.begin(), r.more_backends.end(),
+                   [&](const RuleBackend& b) { return b.address.family() == family; })) {
+    return "the fast path takes a rule's backends of one family";
+  }
+  return "";
 }
+
+bool FastEligible(const Rule& r) { return r.is_stream() && WhyNotFast(r).empty(); }
 
 bool HasId(const std::vector<Rule>& rules, uint32_t id) {
   return std::any_of(rules.begin(), rules.end(), [&](const Rule& r) { return r.id == id; });
@@ -199,17 +208,26 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     xdpfwd_lwip_set_bbr(o.tuning.bbr);  // read by each lwIP pcb as it is created, on the worker
     if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
       return Error{{},
-                   "--path xdp: the fast path takes IPv4 TCP rules with a concrete listen "
-                   "address only; use --path auto or kernel for the others"};
+                   "--path xdp: the fast path takes TCP rules with a concrete listen address "
+                   "and backends of one family only; use --path auto or kernel for the "
+                   "others"};
     }
     auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
-                                      Error{{}, "no IPv4 rule with a concrete listen address"})
+                                      Error{{}, "no TCP rule with a concrete listen address"})
                                 : FastPath::Start(fc);
     if (f) {
       s->fast_ = std::move(*f);
       s->fast_rules_ = fast_rules;
       s->fast_access_ = c.access;
       s->KeepOffWorkerCpus();
+      // Each rule it leaves to the kernel path, with why: one who expected the fast path for it
+      // (an IPv6 rule now, say) reads it here.
+      for (const Rule& r : stream_rules) {
+        const std::string why = WhyNotFast(r);
+        if (why.empty()) continue;
+        Log("rule " + ToString(r.listen) + " -> " + ToString(r.backend) + ": on the kernel path (" +
+            why + ")");
+      }
     } else if (o.path == PathChoice::kXdp) {
       return Error{{}, "fast path cannot start: " + f.error().message()};
     } else {
@@ -353,9 +371,9 @@ Result<ReloadSummary> Service::Reload(Config next) {
   // Known to the access log before any path can report a connection of a new id.
   if (log_) log_->AddRules(next.rules);
 
-  // The fast path takes every IPv4 rule its running workers can serve (FastPath::CheckRules:
-  // the interfaces it attached at start); the others go to the kernel path until a restart, or
-  // with --path xdp refuse the reload.
+  // The fast path takes every rule it can serve (FastEligible) that its running workers can
+  // (FastPath::CheckRules: the interfaces and addresses it attached at start); the others go to
+  // the kernel path until a restart, or with --path xdp refuse the reload.
   std::vector<Rule> fast_next;
   std::vector<std::string> fast_refused;
   std::vector<Rule> eligible;
@@ -373,8 +391,9 @@ Result<ReloadSummary> Service::Reload(Config next) {
   }
   if (options_.path == PathChoice::kXdp && fast_next.size() != stream_rules.size()) {
     std::string why = !fast_refused.empty() ? fast_refused.front()
-                      : fast_ ? "the fast path takes IPv4 TCP rules with a concrete listen "
-                                "address only; use --path auto or kernel for the others"
+                      : fast_ ? "the fast path takes TCP rules with a concrete listen address "
+                                "and backends of one family only; use --path auto or kernel "
+                                "for the others"
                               : "the fast path did not start (no TCP rule it could serve): a "
                                 "restart starts it";
     return Error{{}, "--path xdp: " + why};

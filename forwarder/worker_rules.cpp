@@ -9,6 +9,8 @@
 namespace xdpfwd {
 namespace {
 
+constexpr size_t kAddressBytes = 1 + sizeof(in6_addr);
+
 class Writer {
  public:
   Writer(uint8_t* out, size_t room) : out_(out), room_(room) {}
@@ -32,6 +34,11 @@ class Writer {
       Bytes(a.pattern.data(), a.pattern.size());
       Put(static_cast<int32_t>(a.line));
     }
+  }
+  // An address of either family: 4 or 6, then 16 bytes (kAddressBytes).
+  void Address(const IpAddress& a) {
+    Put(static_cast<uint8_t>(a.is_v6() ? 6 : 4));
+    Bytes(&a.addr, sizeof(a.addr));
   }
   bool full() const { return full_; }
   size_t used() const { return used_; }
@@ -76,6 +83,14 @@ class Reader {
     }
     return true;
   }
+  bool Address(IpAddress& a) {
+    uint8_t family = 0;
+    if (!Get(family) || (family != 4 && family != 6) || !Bytes(&a.addr, sizeof(a.addr))) {
+      return false;
+    }
+    a.family = family == 6 ? AF_INET6 : AF_INET;
+    return true;
+  }
   bool done() const { return at_ == bytes_; }
 
  private:
@@ -94,12 +109,12 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
     w.Put(r.id);
     w.Put(r.client_iface);
     w.Put(r.backend_iface);
-    w.Put(r.listen.addr.s_addr);
+    w.Address(r.listen.addr);
     w.Put(r.listen.port);
-    w.Put(r.backend.addr.s_addr);
+    w.Address(r.backend.addr);
     w.Put(r.backend.port);
     w.Put(static_cast<uint32_t>(r.sources.size()));
-    for (in_addr a : r.sources) w.Put(a.s_addr);
+    for (const IpAddress& a : r.sources) w.Address(a);
     w.Patterns(r.access);
     w.Put(static_cast<uint8_t>(r.proxy));
     w.Put(static_cast<uint8_t>(r.retry_empty_response ? 1 : 0));
@@ -110,7 +125,7 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
     w.Put(r.backend_weight);
     w.Put(static_cast<uint32_t>(r.more_backends.size()));
     for (const RelayBackend& b : r.more_backends) {
-      w.Put(b.address.addr.s_addr);
+      w.Address(b.address.addr);
       w.Put(b.address.port);
       w.Put(b.weight);
       w.Put(static_cast<uint8_t>(b.backup ? 1 : 0));
@@ -124,19 +139,21 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
   Reader r(in, bytes);
   WorkerRuleSet set;
   uint32_t rules = 0;
-  // A rule is 48 bytes at least (no sources, no patterns, one backend).
-  if (!r.Patterns(set.global_access) || !r.Count(rules, 48)) return std::nullopt;
+  // A rule is 74 bytes at least (no sources, no patterns, one backend).
+  if (!r.Patterns(set.global_access) || !r.Count(rules, 40 + 2 * kAddressBytes)) {
+    return std::nullopt;
+  }
   for (uint32_t i = 0; i < rules; ++i) {
     WorkerRule w;
     uint32_t sources = 0;
     if (!r.Get(w.id) || !r.Get(w.client_iface) || !r.Get(w.backend_iface) ||
-        !r.Get(w.listen.addr.s_addr) || !r.Get(w.listen.port) || !r.Get(w.backend.addr.s_addr) ||
-        !r.Get(w.backend.port) || !r.Count(sources, 4)) {
+        !r.Address(w.listen.addr) || !r.Get(w.listen.port) || !r.Address(w.backend.addr) ||
+        !r.Get(w.backend.port) || !r.Count(sources, kAddressBytes)) {
       return std::nullopt;
     }
     for (uint32_t s = 0; s < sources; ++s) {
-      in_addr a{};
-      if (!r.Get(a.s_addr)) return std::nullopt;
+      IpAddress a;
+      if (!r.Address(a)) return std::nullopt;
       w.sources.push_back(a);
     }
     uint8_t proxy = 0;
@@ -154,14 +171,14 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
     uint8_t balance = 0;
     uint32_t backends = 0;
     if (!r.Get(balance) || balance > uint8_t(BalanceMethod::kSourceHash) ||
-        !r.Get(w.backend_weight) || !r.Count(backends, 11)) {
+        !r.Get(w.backend_weight) || !r.Count(backends, kAddressBytes + 7)) {
       return std::nullopt;
     }
     w.balance = static_cast<BalanceMethod>(balance);
     for (uint32_t k = 0; k < backends; ++k) {
       RelayBackend b;
       uint8_t backup = 0;
-      if (!r.Get(b.address.addr.s_addr) || !r.Get(b.address.port) || !r.Get(b.weight) ||
+      if (!r.Address(b.address.addr) || !r.Get(b.address.port) || !r.Get(b.weight) ||
           !r.Get(backup) || backup > 1) {
         return std::nullopt;
       }

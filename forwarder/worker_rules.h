@@ -15,7 +15,7 @@
 
 #include "forwarder/relay.h"
 #include "forwarder/rules.h"
-#include "os/endpoint.h"
+#include "os/ip_address.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -26,9 +26,9 @@ struct WorkerRule {
   uint32_t id = 0;
   uint16_t client_iface = 0;
   uint16_t backend_iface = 0;
-  Endpoint listen;
-  Endpoint backend;
-  std::vector<in_addr> sources;       // local addresses of backend legs, used in turn
+  IpEndpoint listen;  // either family, and the backends either (a 4-to-6 or 6-to-4 rule)
+  IpEndpoint backend;
+  std::vector<IpAddress> sources;     // local addresses of backend legs (backend's family), in turn
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
   AcceptProxy accept_proxy;

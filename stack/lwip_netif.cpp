@@ -9,6 +9,7 @@
 #include "os/clock.h"
 #include "os/endpoint.h"
 #include "os/inet_checksum.h"
+#include "os/ip_address.h"
 #include "xdp/rx_meta.h"
 
 extern "C" {
@@ -241,6 +242,18 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
       self->aliases_.pop_back();
       return Error{{}, port.ifname() + ": lwIP refused the address " + ToString(a)};
     }
+  }
+  for (const in6_addr& a : config.aliases6) {
+    self->aliases_.push_back(std::make_unique<struct netif>());
+    struct netif* nif = self->aliases_.back().get();
+    if (!add(nif, in_addr{})) {
+      self->aliases_.pop_back();
+      return Error{{}, port.ifname() + ": lwIP refused the address " + ToString(IpAddress::V6(a))};
+    }
+    ip6_addr_t a6;
+    std::memcpy(a6.addr, &a, sizeof(a6.addr));
+    netif_ip6_addr_set(nif, 0, &a6);
+    netif_ip6_addr_set_state(nif, 0, IP6_ADDR_PREFERRED);
   }
   return self;
 }

@@ -39,8 +39,12 @@ struct LwipNetifConfig {
   // by source address sends a connection's segments out through the netif that owns it.
   std::vector<in_addr> aliases;
   // The interface's IPv6 address, on-link prefix and gateway (none: IPv4 only). The address is
-  // the first netif's; the aliases are IPv4 only for now.
+  // the first netif's.
   Ipv6Interface ipv6;
+  // More local IPv6 addresses (a rule's IPv6 [src=]): one more netif each, with no IPv4
+  // address. lwIP's ip6_input accepts a packet for any netif's address (not a link-local one,
+  // which none of these is), and routing by source sends each connection out through its own.
+  std::vector<in6_addr> aliases6;
   uint16_t mtu = 1500;
   // TCP checksums of received frames. A veth peer hands over frames whose TCP checksum holds
   // only the pseudo-header sum (CHECKSUM_PARTIAL, the data never crossed a wire), so they are

@@ -6,6 +6,9 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <cstring>
+
+#include "os/ip_address.h"
 
 extern "C" {
 #include "lwip/priv/tcp_priv.h"  // tcp_ticks, TCP_SLOW_INTERVAL
@@ -20,21 +23,41 @@ inline in_addr ToInAddr(const ip_addr_t& a) {
   return out;
 }
 
+// Either family (lwIP is dual-stack).
+inline IpAddress ToIpAddress(const ip_addr_t& a) {
+  if (!IP_IS_V6_VAL(a)) return ToInAddr(a);
+  in6_addr out;
+  std::memcpy(&out, ip_2_ip6(&a)->addr, sizeof(out));
+  return IpAddress::V6(out);
+}
+
+inline ip_addr_t ToLwipAddress(const IpAddress& a) {
+  ip_addr_t out;
+  if (a.is_v6()) {
+    ip6_addr_t v6{};
+    std::memcpy(v6.addr, &a.v6(), sizeof(v6.addr));
+    ip_addr_copy_from_ip6(out, v6);
+  } else {
+    ip_addr_set_ip4_u32(&out, a.v4().s_addr);
+  }
+  return out;
+}
+
 struct Endpoints {
-  in_addr local{}, remote{};
+  IpAddress local, remote;
   uint16_t local_port = 0, remote_port = 0;  // host order
 };
 
 inline Endpoints EndpointsOf(const tcp_pcb* pcb) {
-  return {ToInAddr(pcb->local_ip), ToInAddr(pcb->remote_ip), pcb->local_port, pcb->remote_port};
+  return {ToIpAddress(pcb->local_ip), ToIpAddress(pcb->remote_ip), pcb->local_port,
+          pcb->remote_port};
 }
 
 // Whether lwIP holds a pcb on this 4-tuple, active (a handshake under way included) or in
 // TIME-WAIT: a hash lookup in each list (patch 0001), no walk.
-inline bool TupleInUse(in_addr local, uint16_t local_port, in_addr remote, uint16_t remote_port) {
-  ip_addr_t l, r;
-  ip_addr_set_ip4_u32(&l, local.s_addr);
-  ip_addr_set_ip4_u32(&r, remote.s_addr);
+inline bool TupleInUse(const IpAddress& local, uint16_t local_port, const IpAddress& remote,
+                       uint16_t remote_port) {
+  const ip_addr_t l = ToLwipAddress(local), r = ToLwipAddress(remote);
   return tcp_pcb_hash_lookup(0, &l, local_port, &r, remote_port) != nullptr ||
          tcp_pcb_hash_lookup(1, &l, local_port, &r, remote_port) != nullptr;
 }
@@ -43,8 +66,9 @@ inline bool TupleInUse(in_addr local, uint16_t local_port, in_addr remote, uint1
 // pcb to look for a conflict: the caller's port allocator guarantees the 4-tuple is unique.
 // The pcb is on no lwIP list until tcp_connect puts it on the active one; closing it before
 // then walks the (short) bound list, finds nothing and frees it.
-inline void SetLocalEndpoint(tcp_pcb* pcb, in_addr addr, uint16_t port) {
-  ip_addr_set_ip4_u32(&pcb->local_ip, addr.s_addr);
+// The pcb must have been made for the address's family (tcp_new_ip_type).
+inline void SetLocalEndpoint(tcp_pcb* pcb, const IpAddress& addr, uint16_t port) {
+  pcb->local_ip = ToLwipAddress(addr);
   pcb->local_port = port;
 }
 

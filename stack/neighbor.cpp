@@ -404,6 +404,45 @@ Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr) {
   return std::pair<int, std::string>(holders[0], link->name);
 }
 
+Result<InterfaceHolding6> InterfaceWithAddress(const in6_addr& addr) {
+  std::vector<InterfaceHolding6> holders;
+  bool tentative = false;
+  Request request(RTM_GETADDR, NLM_F_DUMP, ifaddrmsg{AF_INET6, 0, 0, 0, 0});
+  auto dumped = Exchange(request, "list IPv6 addresses", [&](const Message& m) {
+    const auto header = ReadStruct<ifaddrmsg>(m.payload);
+    if (m.type != RTM_NEWADDR || !header || header->ifa_family != AF_INET6) return;
+    const auto attrs = Attributes(m.payload, sizeof(ifaddrmsg));
+    const auto local = attrs.GetAs<in6_addr>(IFA_ADDRESS);
+    if (!local || std::memcmp(&*local, &addr, sizeof(addr)) != 0) return;
+    const uint32_t flags = attrs.GetAs<uint32_t>(IFA_FLAGS).value_or(header->ifa_flags);
+    if (flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED)) {
+      tentative = true;
+      return;
+    }
+    const int index = static_cast<int>(header->ifa_index);
+    if (std::none_of(holders.begin(), holders.end(),
+                     [&](const InterfaceHolding6& h) { return h.ifindex == index; })) {
+      holders.push_back(InterfaceHolding6{index, {}, header->ifa_prefixlen});
+    }
+  });
+  if (!dumped) return dumped.error();
+  const IpAddress a = IpAddress::V6(addr);
+  if (holders.empty()) {
+    return SystemError(tentative ? ToString(a) + " is still tentative (duplicate address detection)"
+                                 : "no interface has address " + ToString(a),
+                       EADDRNOTAVAIL);
+  }
+  if (holders.size() > 1) {
+    return SystemError(ToString(a) + " is on both " + LinkName(holders[0].ifindex) + " and " +
+                           LinkName(holders[1].ifindex) + "; name the interface",
+                       EADDRNOTAVAIL);
+  }
+  auto link = GetLink(holders[0].ifindex);
+  if (!link) return link.error();
+  holders[0].name = link->name;
+  return holders[0];
+}
+
 Result<MacAddress> InterfaceMac(int ifindex) {
   auto link = GetLink(ifindex);
   if (!link) return link.error();

@@ -65,6 +65,15 @@ Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milli
 
 // The interface that holds local address addr: {ifindex, name}.
 Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr);
+// The same for an IPv6 address, with that address's on-link prefix length. A tentative address
+// (duplicate address detection not done) or one whose detection failed is refused: lwIP would
+// answer on an address the kernel does not own yet.
+struct InterfaceHolding6 {
+  int ifindex = 0;
+  std::string name;
+  uint8_t prefix_len = 128;
+};
+Result<InterfaceHolding6> InterfaceWithAddress(const in6_addr& addr);
 
 // The interface's first global IPv6 address that has passed duplicate address detection, and
 // its prefix length (what is on-link); an error if it has none.

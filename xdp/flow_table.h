@@ -9,14 +9,16 @@
 #include <optional>
 #include <span>
 
+#include "os/ip_address.h"
 #include "os/result.h"
 
 namespace xdpfwd {
 
-// A flow's 4-tuple as its packets arrive (source first); ports in host order.
+// A flow's 4-tuple as its packets arrive (source first); ports in host order. Both addresses
+// are of one family.
 struct FlowTuple {
-  in_addr saddr{};
-  in_addr daddr{};
+  IpAddress saddr;
+  IpAddress daddr;
   uint16_t sport = 0;
   uint16_t dport = 0;
 };

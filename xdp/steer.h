@@ -49,8 +49,7 @@ std::string_view ReasonName(SteerReason reason);
 
 using SteerCounters = std::array<steer_counter, kSteerReasonCount>;
 
-// An address of either family as the steering maps hold it. The relay's FlowTuple is IPv4
-// only, as the stack is until #31 items 2-5; these let the maps take IPv6 listeners and flows.
+// An address of either family as the steering maps hold it (the same shape as IpAddress).
 struct SteerAddress {
   sa_family_t family = AF_INET;
   in6_addr addr{};  // AF_INET: the IPv4 address in the first 4 bytes, the rest zero
@@ -67,7 +66,7 @@ struct SteerTuple {
   uint16_t sport = 0;
   uint16_t dport = 0;
 
-  static SteerTuple V4(const FlowTuple& t);
+  static SteerTuple Of(const FlowTuple& t);
 };
 
 enum class XdpMode { kNative, kGeneric };
@@ -139,24 +138,24 @@ class SteerProgram final : public FlowTable {
   std::optional<steer_flow> LookupFlow(const SteerTuple& tuple) const;
   // FlowTable, over the same map: the relay's IPv4 flows.
   Result<void> AddFlow(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id) override {
-    return AddFlow(SteerTuple::V4(tuple), owner, rule_id);
+    return AddFlow(SteerTuple::Of(tuple), owner, rule_id);
   }
   Result<void> RemoveFlow(const FlowTuple& tuple) override {
-    return RemoveFlow(SteerTuple::V4(tuple));
+    return RemoveFlow(SteerTuple::Of(tuple));
   }
   bool RemoveFlowStampedBy(const FlowTuple& tuple, uint64_t stamp_ns, FlowReuse reuse) override {
-    return RemoveFlowStampedBy(SteerTuple::V4(tuple), stamp_ns, reuse);
+    return RemoveFlowStampedBy(SteerTuple::Of(tuple), stamp_ns, reuse);
   }
   size_t RemoveFlows(std::span<const FlowTuple> tuples) override;
   Result<void> MarkAccepted(const FlowTuple& tuple, uint32_t owner, uint32_t rule_id,
                             uint64_t stamp_ns) override {
-    return MarkAccepted(SteerTuple::V4(tuple), owner, rule_id, stamp_ns);
+    return MarkAccepted(SteerTuple::Of(tuple), owner, rule_id, stamp_ns);
   }
   std::optional<uint64_t> FlowCreatedNs(const FlowTuple& tuple) const override;
   // The map calls the flow calls above made in this process (the worker's own, in a worker).
   FlowMapCalls map_calls() const override;
   std::optional<steer_flow> LookupFlow(const FlowTuple& tuple) const {
-    return LookupFlow(SteerTuple::V4(tuple));
+    return LookupFlow(SteerTuple::Of(tuple));
   }
   // Removes client flows never accepted and created before `created_before_ns` (CLOCK_MONOTONIC),
   // giving their slots back to the client budget. Batched map reads; for a control thread.

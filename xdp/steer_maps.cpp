@@ -138,8 +138,11 @@ SteerAddress SteerAddress::V6(const in6_addr& a) {
   return s;
 }
 
-SteerTuple SteerTuple::V4(const FlowTuple& t) {
-  return {SteerAddress::V4(t.saddr), SteerAddress::V4(t.daddr), t.sport, t.dport};
+SteerTuple SteerTuple::Of(const FlowTuple& t) {
+  auto address = [](const IpAddress& a) {
+    return a.is_v6() ? SteerAddress::V6(a.v6()) : SteerAddress::V4(a.v4());
+  };
+  return {address(t.saddr), address(t.daddr), t.sport, t.dport};
 }
 
 Result<void> SteerProgram::AddListener(const SteerAddress& addr, uint16_t port, uint32_t rule_id) {
@@ -275,10 +278,10 @@ size_t SteerProgram::RemoveFlows(std::span<const SteerTuple> tuples) {
 }
 
 size_t SteerProgram::RemoveFlows(std::span<const FlowTuple> tuples) {
-  std::vector<SteerTuple> v4;
-  v4.reserve(tuples.size());
-  for (const FlowTuple& t : tuples) v4.push_back(SteerTuple::V4(t));
-  return RemoveFlows(std::span<const SteerTuple>(v4));
+  std::vector<SteerTuple> steer;
+  steer.reserve(tuples.size());
+  for (const FlowTuple& t : tuples) steer.push_back(SteerTuple::Of(t));
+  return RemoveFlows(std::span<const SteerTuple>(steer));
 }
 
 FlowMapCalls SteerProgram::map_calls() const {

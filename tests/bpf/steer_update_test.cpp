@@ -43,8 +43,8 @@ bool SameKey(const steer_flow_key& a, const steer_flow_key& b) {
 
 steer_flow_key KeyOf(const FlowTuple& t) {
   steer_flow_key key{};
-  key.saddr[0] = t.saddr.s_addr;
-  key.daddr[0] = t.daddr.s_addr;
+  key.saddr[0] = t.saddr.v4().s_addr;
+  key.daddr[0] = t.daddr.v4().s_addr;
   key.sport = htons(t.sport);
   key.dport = htons(t.dport);
   key.family = STEER_AF_INET;

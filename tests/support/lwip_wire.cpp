@@ -36,7 +36,7 @@ uint32_t Be32(const uint8_t* p) {
 
 PcbTuple TupleOf(const tcp_pcb* pcb) {
   const lwip_pcb::Endpoints e = lwip_pcb::EndpointsOf(pcb);
-  return {e.local, e.remote, e.local_port, e.remote_port};
+  return {e.local.v4(), e.remote.v4(), e.local_port, e.remote_port};
 }
 
 std::vector<PcbTuple> TuplesOf(const tcp_pcb* head) {

@@ -47,10 +47,8 @@ class MemoryFlowTable final : public FlowTable {
   uint64_t removals_reuse_possible() const { return removals_reuse_possible_; }
 
  private:
-  using Key = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t>;
-  static Key KeyOf(const FlowTuple& t) {
-    return {t.saddr.s_addr, t.daddr.s_addr, t.sport, t.dport};
-  }
+  using Key = std::tuple<IpAddress, IpAddress, uint16_t, uint16_t>;
+  static Key KeyOf(const FlowTuple& t) { return {t.saddr, t.daddr, t.sport, t.dport}; }
 
   uint64_t (*clock_ns_)();
   std::map<Key, Entry> entries_;

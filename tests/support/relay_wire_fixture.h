@@ -31,6 +31,7 @@ extern "C" {
 namespace xdpfwd::test {
 
 inline constexpr uint16_t kRelayPort = 7000;
+inline constexpr uint16_t kRelayPorts = 3;  // listen ports a test may use from kRelayPort up
 inline constexpr uint16_t kBackendPort = 9000;
 inline constexpr uint16_t kClosedPort = 9001;  // nothing listens: lwIP answers SYNs with a reset
 inline constexpr uint16_t kFirstLegPort = 20000;
@@ -206,8 +207,8 @@ class RelayWireTest : public ::testing::Test {
     RelayConfig c;
     RelayRule r;
     r.id = 1;
-    r.listen = Endpoint{LwipWire::InAddrA(), kRelayPort};
-    r.backend = Endpoint{LwipWire::InAddrB(), backend_port};
+    r.listen = IpEndpoint{LwipWire::InAddrA(), kRelayPort};
+    r.backend = IpEndpoint{LwipWire::InAddrB(), backend_port};
     r.backend_sources = {LwipWire::InAddrA()};
     r.client_side = &client_table_;
     r.backend_side = &backend_table_;
@@ -298,17 +299,22 @@ class RelayWireTest : public ::testing::Test {
     return {LwipWire::InAddrB(), LwipWire::InAddrA(), backend_port, leg_port};
   }
 
-  // What the steering program would do on the wire, and the relay's ordering promise.
+  // What the steering program would do on the wire, and the relay's ordering promise; either
+  // family, listeners on kRelayPort and the kRelayPorts - 1 ports above it.
   void Watch(const WirePacket& p) {
     const TcpSegment& s = p.tcp;
     const bool syn = (s.flags & TCP_SYN) != 0 && (s.flags & TCP_ACK) == 0;
-    if (syn && s.dst_port == kRelayPort) {
-      client_table_.InsertFromSyn(ClientFlow(s.src_port), 1);
-    } else if (syn && s.src.s_addr == LwipWire::InAddrA().s_addr) {
+    const IpAddress src = s.ipv6 ? IpAddress::V6(s.src6) : IpAddress(s.src);
+    const IpAddress dst = s.ipv6 ? IpAddress::V6(s.dst6) : IpAddress(s.dst);
+    const bool from_a =
+        src == IpAddress(LwipWire::InAddrA()) || src == lwip_pcb::ToIpAddress(LwipWire::Addr6A());
+    if (syn && s.dst_port >= kRelayPort && s.dst_port < kRelayPort + kRelayPorts) {
+      client_table_.InsertFromSyn(FlowTuple{src, dst, s.src_port, s.dst_port}, 1);
+    } else if (syn && from_a) {
       // A backend leg's SYN: its flow entry must already be there, or on a real interface the
       // SYN-ACK would reach the kernel.
       ++backend_syns_;
-      EXPECT_TRUE(backend_table_.Find(BackendFlow(s.src_port, s.dst_port)))
+      EXPECT_TRUE(backend_table_.Find(FlowTuple{dst, src, s.dst_port, s.src_port}))
           << "backend SYN from port " << s.src_port << " left before its flow entry";
     }
     if (s.src_port == kRelayPort && s.window == 0 && (s.flags & TCP_RST) == 0) {

@@ -30,10 +30,10 @@ class FlowLedgerTest : public ::testing::Test {
   FlowLedgerTest() { g_now_ns = 1'000'000; }
 
   FlowRoute Route(uint32_t id, const char* backend, uint16_t port,
-                  std::vector<in_addr> sources = {Ip("10.1.0.1")}) {
+                  std::vector<IpAddress> sources = {Ip("10.1.0.1")}) {
     FlowRoute r;
     r.id = id;
-    r.backend = Endpoint{Ip(backend), port};
+    r.backend = IpEndpoint{Ip(backend), port};
     r.backend_sources = std::move(sources);
     r.client_side = &clients_;
     r.backend_side = &backends_;
@@ -104,9 +104,9 @@ TEST_F(FlowLedgerTest, BackendLegGetsItsPortAndFlowBeforeItStarts) {
   const FlowRoute route = Route(1, "10.2.0.9", 9000);
   FlowBooking b = ledger.Accept(route, Client(40000));
   ASSERT_TRUE(ledger.LeaseBackendPort(b));
-  EXPECT_EQ(b.backend_flow.saddr.s_addr, Ip("10.2.0.9").s_addr);
+  EXPECT_EQ(b.backend_flow.saddr, IpAddress(Ip("10.2.0.9")));
   EXPECT_EQ(b.backend_flow.sport, 9000);
-  EXPECT_EQ(b.backend_flow.daddr.s_addr, Ip("10.1.0.1").s_addr);
+  EXPECT_EQ(b.backend_flow.daddr, IpAddress(Ip("10.1.0.1")));
   EXPECT_EQ(b.backend_flow.dport, 2000) << "the first port of the range, FIFO";
   EXPECT_FALSE(backends_.Find(b.backend_flow)) << "leasing enters nothing yet";
   EXPECT_EQ(ledger.backend_ports_in_use(), 1u);
@@ -139,11 +139,11 @@ TEST_F(FlowLedgerTest, SourcesTakenInTurnAndSkippedWhenFull) {
   FlowBooking c = ledger.Accept(route, Client(3));
   ASSERT_TRUE(ledger.LeaseBackendPort(a));
   ASSERT_TRUE(ledger.LeaseBackendPort(b));
-  EXPECT_NE(a.backend_flow.daddr.s_addr, b.backend_flow.daddr.s_addr);
+  EXPECT_NE(a.backend_flow.daddr, b.backend_flow.daddr);
   EXPECT_FALSE(ledger.LeaseBackendPort(c)) << "both sources' only port is held";
   ledger.ReleaseBackendPort(a);
   ASSERT_TRUE(ledger.LeaseBackendPort(c)) << "a source with a free port is found whatever its turn";
-  EXPECT_EQ(c.backend_flow.daddr.s_addr, Ip("10.1.0.1").s_addr);
+  EXPECT_EQ(c.backend_flow.daddr, IpAddress(Ip("10.1.0.1")));
   EXPECT_EQ(ledger.backend_ports_in_use(), 2u);
 }
 
@@ -306,7 +306,7 @@ TEST_F(FlowLedgerTest, PortReusedTowardAnotherBackendLeavesEachItsEntry) {
   FlowBooking a = Open(ledger, to_a, 40000);
   FlowBooking b = Open(ledger, to_b, 40001);
   EXPECT_EQ(a.backend_flow.dport, b.backend_flow.dport) << "one port space per backend";
-  EXPECT_EQ(a.backend_flow.daddr.s_addr, b.backend_flow.daddr.s_addr);
+  EXPECT_EQ(a.backend_flow.daddr, b.backend_flow.daddr);
   EXPECT_EQ(backends_.size(), 2u) << "the 4-tuples differ by backend";
   ledger.Close(a, 0);
   ASSERT_TRUE(ledger.RemoveDue(kLingerMs + FlowLedger::kBatchWaitMs));

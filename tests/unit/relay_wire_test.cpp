@@ -33,6 +33,75 @@ TEST_F(RelayWireTest, BytesCrossBothWaysIntact) {
   EXPECT_EQ(relay_->state().backend_ports_in_use, 0u);
 }
 
+// IPv6 and the mixed families rinetd allows (#31 item 3), three rules of one relay: 6 -> 6,
+// 6 -> 4 and 4 -> 6. Each leg is a pcb of its own ends' family, its flow entry is entered in
+// that family, and bytes cross both ways intact across a half close.
+TEST_F(RelayWireTest, Ipv6AndMixedFamiliesCrossBothWaysAcrossAHalfClose) {
+  tcp_pcb* backend6 = LwipWire::Listen(LwipWire::Addr6B(), kBackendPort, this, AcceptBackend);
+  ASSERT_NE(backend6, nullptr);
+  const IpAddress a4 = LwipWire::InAddrA(), b4 = LwipWire::InAddrB();
+  const IpAddress a6 = lwip_pcb::ToIpAddress(LwipWire::Addr6A());
+  const IpAddress b6 = lwip_pcb::ToIpAddress(LwipWire::Addr6B());
+  struct Case {
+    bool client_v6, backend_v6;
+  };
+  const Case cases[] = {{true, true}, {true, false}, {false, true}};
+  RelayConfig config = Config();
+  const RelayRule like = config.rules[0];
+  config.rules.clear();
+  for (uint16_t i = 0; i < 3; ++i) {
+    RelayRule r = like;
+    r.id = 1 + i;
+    r.listen = IpEndpoint{cases[i].client_v6 ? a6 : a4, static_cast<uint16_t>(kRelayPort + i)};
+    r.backend = IpEndpoint{cases[i].backend_v6 ? b6 : b4, kBackendPort};
+    r.backend_sources = {cases[i].backend_v6 ? a6 : a4};
+    config.rules.push_back(r);
+  }
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+
+  for (uint16_t i = 0; i < 3; ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(std::string(c.client_v6 ? "6" : "4") + " -> " + (c.backend_v6 ? "6" : "4"));
+    const IpEndpoint from{c.client_v6 ? b6 : b4, static_cast<uint16_t>(40000 + i)};
+    const IpEndpoint to = config.rules[i].listen;
+    auto peer = std::make_unique<Peer>();
+    tcp_pcb* pcb = tcp_new_ip_type(c.client_v6 ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
+    ASSERT_NE(pcb, nullptr);
+    lwip_pcb::SetLocalEndpoint(pcb, from.addr, from.port);
+    peer->Attach(pcb);
+    const ip_addr_t relay = lwip_pcb::ToLwipAddress(to.addr);
+    ASSERT_EQ(tcp_connect(pcb, &relay, to.port, Peer::OnConnected), ERR_OK);
+    clients_.push_back(std::move(peer));
+    Peer& client = *clients_.back();
+    Settle();
+    ASSERT_TRUE(client.connected);
+    ASSERT_EQ(backends_.size(), i + 1u) << "not relayed";
+    Peer& backend = *backends_.back();
+    // The backend sees the leg from the relay's own address of the backend's family.
+    EXPECT_EQ(lwip_pcb::EndpointsOf(backend.pcb).remote, c.backend_v6 ? a6 : a4);
+    const auto entry = client_table_.Find(FlowTuple{from.addr, to.addr, from.port, to.port});
+    ASSERT_TRUE(entry);
+    EXPECT_TRUE(entry->accepted);
+    EXPECT_TRUE(backend_table_.Find(FlowTuple{c.backend_v6 ? b6 : b4, c.backend_v6 ? a6 : a4,
+                                              kBackendPort, leg_ports_.back()}));
+
+    const std::string request = Pattern('q', 150'000), reply = Pattern('r', 250'000);
+    client.Send(request, /*then_shutdown=*/true);
+    Settle();
+    EXPECT_TRUE(backend.received == request) << backend.received.size() << "/" << request.size();
+    EXPECT_TRUE(backend.got_fin) << "the client's FIN did not cross";
+    backend.Send(reply, /*then_shutdown=*/true);
+    Settle();
+    EXPECT_TRUE(client.received == reply) << client.received.size() << "/" << reply.size();
+    EXPECT_TRUE(client.got_fin);
+  }
+  EXPECT_EQ(Count(&RelayCounters::completed), 3u);
+  EXPECT_EQ(Count(&RelayCounters::bytes_to_backend), 3u * 150'000);
+  EXPECT_EQ(Count(&RelayCounters::bytes_to_client), 3u * 250'000);
+  EXPECT_EQ(relay_->state().connections, 0u);
+  EXPECT_EQ(tcp_close(backend6), ERR_OK);
+}
+
 TEST_F(RelayWireTest, HalfCloseFromTheClientKeepsTheReplyFlowing) {
   ASSERT_NO_FATAL_FAILURE(StartRelay(Config()));
   const Pair p = Open(40000);

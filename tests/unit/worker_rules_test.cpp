@@ -19,6 +19,12 @@ in_addr Addr(const char* text) {
   return a;
 }
 
+IpAddress Addr6(const char* text) {
+  in6_addr a{};
+  EXPECT_EQ(inet_pton(AF_INET6, text, &a), 1);
+  return IpAddress::V6(a);
+}
+
 WorkerRuleSet Sample() {
   WorkerRuleSet set;
   set.global_access = {{true, "10.*", 1}, {false, "10.0.0.?", 2}};
@@ -41,7 +47,14 @@ WorkerRuleSet Sample() {
   b.id = 8;
   b.listen = {Addr("10.0.1.1"), 9002};
   b.backend = {Addr("10.0.0.3"), 80};
-  set.rules = {a, b};
+  // Either family at each end, and a 6-to-4 backend among IPv6 ones: each address keeps its own.
+  WorkerRule c;
+  c.id = 9;
+  c.listen = {Addr6("2001:db8:1::1"), 9000};
+  c.backend = {Addr6("2001:db8::2"), 9001};
+  c.sources = {Addr6("2001:db8::1")};
+  c.more_backends = {RelayBackend{{Addr("10.0.0.4"), 9001}, 1, false}};
+  set.rules = {a, b, c};
   return set;
 }
 
@@ -62,13 +75,13 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
     EXPECT_EQ(g.id, w.id);
     EXPECT_EQ(g.client_iface, w.client_iface);
     EXPECT_EQ(g.backend_iface, w.backend_iface);
-    EXPECT_EQ(g.listen.addr.s_addr, w.listen.addr.s_addr);
+    EXPECT_EQ(g.listen.addr, w.listen.addr);
     EXPECT_EQ(g.listen.port, w.listen.port);
-    EXPECT_EQ(g.backend.addr.s_addr, w.backend.addr.s_addr);
+    EXPECT_EQ(g.backend.addr, w.backend.addr);
     EXPECT_EQ(g.backend.port, w.backend.port);
     ASSERT_EQ(g.sources.size(), w.sources.size());
     for (size_t s = 0; s < w.sources.size(); ++s) {
-      EXPECT_EQ(g.sources[s].s_addr, w.sources[s].s_addr);
+      EXPECT_EQ(g.sources[s], w.sources[s]);
     }
     same_patterns(g.access, w.access);
     EXPECT_EQ(g.proxy, w.proxy);
@@ -80,7 +93,7 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
     EXPECT_EQ(g.balance, w.balance);
     ASSERT_EQ(g.more_backends.size(), w.more_backends.size());
     for (size_t b = 0; b < w.more_backends.size(); ++b) {
-      EXPECT_EQ(g.more_backends[b].address.addr.s_addr, w.more_backends[b].address.addr.s_addr);
+      EXPECT_EQ(g.more_backends[b].address.addr, w.more_backends[b].address.addr);
       EXPECT_EQ(g.more_backends[b].address.port, w.more_backends[b].address.port);
       EXPECT_EQ(g.more_backends[b].weight, w.more_backends[b].weight);
       EXPECT_EQ(g.more_backends[b].backup, w.more_backends[b].backup);
