@@ -79,6 +79,9 @@ TEST_F(RelayWireTest, Ipv6AndMixedFamiliesCrossBothWaysAcrossAHalfClose) {
     Peer& backend = *backends_.back();
     // The backend sees the leg from the relay's own address of the backend's family.
     EXPECT_EQ(lwip_pcb::EndpointsOf(backend.pcb).remote, c.backend_v6 ? a6 : a4);
+    // The client entry of the connection's own family, marked accepted once it has lasted
+    // (ClientEntryIsMarkedOnceTheConnectionHasLasted).
+    Advance(300);
     const auto entry = client_table_.Find(FlowTuple{from.addr, to.addr, from.port, to.port});
     ASSERT_TRUE(entry);
     EXPECT_TRUE(entry->accepted);
