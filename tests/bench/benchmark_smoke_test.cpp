@@ -408,7 +408,7 @@ TEST(BenchmarkSmoke, LossRowsRunInRoundsAndJudgeTheMedianRatio) {
   std::filesystem::remove_all(out);
 }
 
-// The churn rows, one short death each (`--churn-seconds 6`, 2.5 s up, 1 s down): a row per path
+// The churn rows, one short death each (`--churn-seconds 4`, 1.5 s up, 1 s down): a row per path
 // with the deaths, xdpfwd's failed handshakes read around the death and the killed backend's
 // connections per life; the targets judged, not "not measured". Client connections open on the
 // killed backend fail with it (a reset at the kill), so the run may exit 1, but for that
@@ -427,9 +427,9 @@ TEST(BenchmarkSmoke, ChurnRowsKillABackendAndCountWhatItCost) {
                     "--mtu",
                     "1500",
                     "--churn-seconds",
-                    "6",
+                    "4",
                     "--churn-up",
-                    "2.5",
+                    "1.5",
                     "--churn-down",
                     "1",
                     "--out",
@@ -445,7 +445,7 @@ TEST(BenchmarkSmoke, ChurnRowsKillABackendAndCountWhatItCost) {
                     "--loadgen",
                     LOADGEN_BINARY});
   const auto code = WaitOrStop(run, 150s);
-  ASSERT_TRUE(code.has_value()) << "two 6 s churn rows took over 150 s:\n" << run.output();
+  ASSERT_TRUE(code.has_value()) << "two 4 s churn rows took over 150 s:\n" << run.output();
   const std::string table = ReadFile(out / "results.md");
   ASSERT_FALSE(table.empty()) << "no results.md:\n" << run.output();
   for (const std::string path : {"xdp", "kernel"}) {
