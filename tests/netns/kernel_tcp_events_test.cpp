@@ -229,11 +229,10 @@ TEST_F(TraceTest, KernelPathTcpEventsOnlyForItsOwnSockets) {
 // A socket is tagged (a bpf syscall, and socket storage) only once its connection has lived
 // 10 ms: the short connections of a rate load pay nothing. Ten exchanges on fresh connections
 // tag fewer than their 20 sockets (all of them before tagging waited; none on a quiet
-// machine); a connection held open gets both its sockets tagged while it lasts. No --tune:
-// the events are on by default.
+// machine); a connection held open gets both its sockets tagged while it lasts.
 TEST_F(TraceTest, KernelPathTagsOnlyConnectionsThatLast) {
   ForwarderProcess fwd("kernel", Addr(topo_.client_gw(), kPort), Addr(topo_.server_addr(), kPort),
-                       {"--threads", "1"});
+                       {"--threads", "1", "--tune", "tcp-events=on"});
   Traffic();
   Traffic();
   auto stats = fwd.WaitForStats(
