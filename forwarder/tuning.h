@@ -32,9 +32,9 @@ struct Tuning {
   // congestion-control. lwIP reads it from a process-wide setting (xdpfwd_lwip_set_bbr), so
   // the service sets that, not FastPathConfig.
   bool bbr = true;
-  bool flight_recorder = true;    // recorder
-  bool lock_memory = true;        // memory-lock
-  bool kernel_copy = false;       // copy: buffered copy instead of splice
+  bool flight_recorder = true;  // recorder
+  bool lock_memory = true;      // memory-lock
+  bool kernel_copy = false;     // copy: buffered copy instead of splice
   // tcp-events: ~0.5% of the kernel path's CPU, but +14 µs mean, +70 µs p99 per exchange on
   // one connection's request/response (docs/flight_recorder.md): off until that is understood.
   bool kernel_tcp_events = false;
