@@ -78,7 +78,10 @@ enum class WorkerState : uint32_t { kStarting, kReady, kFailed, kExited };
 // shared memory after the recorders. The control process asks for a listing by raising
 // `wanted`; the worker copies kRows at most, a slice per iteration (Relay::ListConnections),
 // and then sets `published` to it (release): a reader that saw published == wanted (acquire)
-// reads whole rows. A shutdown works the same way with its own pair of numbers.
+// reads whole rows. A shutdown is one word each way, the question's number in its high half:
+// the asker writes (number, Relay's id), the worker answers (number, 1 reset or 0 no such
+// connection). A question asked again after a worker did not answer in time cannot mix with
+// the late answer to the first: each answer names its question.
 struct WorkerConnectionTable {
   static constexpr uint32_t kRows = 16384;
   std::atomic<uint64_t> wanted;
@@ -86,13 +89,18 @@ struct WorkerConnectionTable {
   uint64_t now_ms;      // the worker's clock when the listing ended: ages count to it
   uint64_t not_listed;  // connections beyond kRows
   uint32_t count;
-  uint32_t shutdown_id;     // the connection to reset (Relay's id)
-  uint32_t shutdown_found;  // the answer: 1 reset, 0 no such connection
   uint32_t reserved;
-  std::atomic<uint64_t> shutdown_wanted;
-  std::atomic<uint64_t> shutdown_done;
+  std::atomic<uint64_t> shutdown_asked;   // number << 32 | the connection's id
+  std::atomic<uint64_t> shutdown_answer;  // number << 32 | found
   RelayConnectionInfo rows[kRows];
 };
+
+// The halves of a shutdown question or answer.
+inline uint32_t ShutdownNumber(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
+inline uint32_t ShutdownValue(uint64_t word) { return static_cast<uint32_t>(word); }
+inline uint64_t ShutdownWord(uint32_t number, uint32_t value) {
+  return uint64_t{number} << 32 | value;
+}
 static_assert(std::is_trivially_copyable_v<RelayConnectionInfo>);
 
 // The most (interface, queue) counts a worker publishes.

@@ -2,6 +2,8 @@
 // their flight recorders, their connection tables (`show sess`), and `shutdown session`
 // through the same shared tables (fast_path_impl.h's WorkerConnectionTable).
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,13 +38,16 @@ namespace {
 // A worker's answer within this long, or it is left out (stopped, restarting, wedged).
 constexpr auto kTableWait = std::chrono::seconds(1);
 
-bool WaitFor(const std::atomic<uint64_t>& published, uint64_t want) {
+// The word once `answered` says so (acquire), or nothing after kTableWait.
+std::optional<uint64_t> WaitFor(const std::atomic<uint64_t>& word,
+                                const std::function<bool(uint64_t)>& answered) {
   const auto deadline = std::chrono::steady_clock::now() + kTableWait;
-  while (published.load(std::memory_order_acquire) != want) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+  for (;;) {
+    const uint64_t value = word.load(std::memory_order_acquire);
+    if (answered(value)) return value;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  return true;
 }
 
 std::string FlowEnd(const IpAddress& addr, uint16_t port) {
@@ -75,7 +80,7 @@ std::vector<ConnectionRow> FastPath::Connections(std::vector<std::string>* notes
   }
   for (uint32_t w = 0; w < impl_->workers; ++w) {
     const WorkerConnectionTable& t = impl_->Table(w);
-    if (!WaitFor(t.published, asked[w])) {
+    if (!WaitFor(t.published, [&](uint64_t v) { return v == asked[w]; })) {
       if (notes) notes->push_back("worker " + std::to_string(w) + " did not answer within 1 s");
       continue;
     }
@@ -112,13 +117,14 @@ Result<void> FastPath::Shutdown(uint64_t id) {
   }
   std::lock_guard lock(impl_->tables_mu);
   WorkerConnectionTable& t = impl_->Table(static_cast<uint32_t>(w));
-  t.shutdown_id = local;
-  const uint64_t asked = t.shutdown_wanted.load(std::memory_order_relaxed) + 1;
-  t.shutdown_wanted.store(asked, std::memory_order_release);  // after the id
-  if (!WaitFor(t.shutdown_done, asked)) {
+  const uint32_t number = ShutdownNumber(t.shutdown_asked.load(std::memory_order_relaxed)) + 1;
+  t.shutdown_asked.store(ShutdownWord(number, local), std::memory_order_release);
+  const std::optional<uint64_t> answer =
+      WaitFor(t.shutdown_answer, [&](uint64_t v) { return ShutdownNumber(v) == number; });
+  if (!answer) {
     return Error{{}, "fast path: worker " + std::to_string(w) + " did not answer within 1 s"};
   }
-  if (t.shutdown_found == 0) {
+  if (ShutdownValue(*answer) == 0) {
     return Error{
         {}, "fast path: session " + std::to_string(id) + ": no such session (it may have ended)"};
   }

@@ -115,10 +115,11 @@ void WorkerProcess::ServeTable(uint64_t now_ns) {
       listing_ = 0;
     }
   }
-  const uint64_t shutdown = t.shutdown_wanted.load(std::memory_order_acquire);
-  if (shutdown != t.shutdown_done.load(std::memory_order_relaxed)) {
-    t.shutdown_found = relay_->Shutdown(t.shutdown_id) ? 1 : 0;
-    t.shutdown_done.store(shutdown, std::memory_order_release);  // after the answer
+  const uint64_t question = t.shutdown_asked.load(std::memory_order_acquire);
+  const uint32_t number = ShutdownNumber(question);
+  if (number != ShutdownNumber(t.shutdown_answer.load(std::memory_order_relaxed))) {
+    const bool found = relay_->Shutdown(ShutdownValue(question));
+    t.shutdown_answer.store(ShutdownWord(number, found ? 1 : 0), std::memory_order_release);
   }
 }
 
