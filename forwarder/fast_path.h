@@ -156,6 +156,8 @@ struct QueueRx {
   X(rx_copied, counter, "rx_copied")               /* handed-over packets fed to lwIP */           \
   X(rx_copy_no_pool, counter, "rx_copy_no_pool")   /* of those, dropped: no pool pbuf */           \
   X(worker_busy_ns, counter, "worker_busy_ns")     /* time in iterations that did work */          \
+  X(worker_tx_syscall_ns, counter,                                                                 \
+    "worker_tx_syscall_ns") /* of that, in TX syscalls: on veth the receivers' stacks */           \
   X(worker_iterations, counter, "worker_iterations")                                               \
   X(minor_faults, counter, "worker_minor_faults")                                                  \
   X(involuntary_switches, counter, "worker_involuntary_switches")

@@ -288,6 +288,7 @@ void WorkerProcess::Publish() {
     s.tx_socket_segments += ns.packet_tx.segments;
     s.tx_socket_gso += ns.packet_tx.gso_packets;
     s.tx_socket_sends += ns.packet_tx.sends;
+    s.worker_tx_syscall_ns += ns.packet_tx.send_ns;
     s.tx_socket_deferred += ns.packet_tx.deferred;
     s.tx_socket_dropped += ns.packet_tx.dropped;
     s.tx_socket_full += ns.packet_tx.full;
@@ -319,6 +320,7 @@ void WorkerProcess::Publish() {
     s.rx_chains_dropped += x.rx_chains_dropped;
     s.tx_packets += x.tx_packets;
     s.tx_kicks += x.tx_kicks;
+    s.worker_tx_syscall_ns += x.tx_kick_ns;
     s.tx_checksum_offloaded += x.tx_checksum_offloaded;
     s.xsk_rx_dropped += x.kernel_rx_dropped;
     s.xsk_rx_ring_full += x.kernel_rx_ring_full;

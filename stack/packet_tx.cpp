@@ -342,8 +342,10 @@ void PacketTx::Flush() {
   bool refused_for_room = false;
   while (done < n) {
     ++stats_.sends;
+    const uint64_t start = MonotonicNs();
     const int sent = send_ ? send_(msgs + done, n - done)
                            : sendmmsg(fd_.get(), msgs + done, n - done, MSG_DONTWAIT);
+    stats_.send_ns += MonotonicNs() - start;
     if (sent > 0) {
       for (uint32_t i = done; i < done + static_cast<uint32_t>(sent); ++i) {
         stats_.segments += batch_.segments(i);

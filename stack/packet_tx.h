@@ -53,6 +53,8 @@ struct PacketTxStats {
   uint64_t segments = 0;     // lwIP's packets in them
   uint64_t gso_packets = 0;  // of `packets`, those carrying more than one segment
   uint64_t sends = 0;        // sendmmsg calls
+  // Time in them: on veth the receiving namespace's stack (its TCP) runs in the sender's call.
+  uint64_t send_ns = 0;
   // Packets the kernel refused for want of room (ENOBUFS: the receiver's queue; EAGAIN: the
   // socket's send buffer), kept for the next flush; counted once per refusal.
   uint64_t deferred = 0;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "os/clock.h"
 #include "os/log.h"
 #include "stack/xsk_socket.h"
 
@@ -319,7 +320,11 @@ void XskPort::Flush() {
     pending_tx_.erase(pending_tx_.begin(), pending_tx_.begin() + n);
     stats_.tx_ring_full += pending_tx_.size();
   }
-  if (in_tx_ > 0 && xsk_ring_prod__needs_wakeup(&socket_->tx)) Kick();
+  if (in_tx_ > 0 && xsk_ring_prod__needs_wakeup(&socket_->tx)) {
+    const uint64_t start = MonotonicNs();
+    Kick();
+    stats_.tx_kick_ns += MonotonicNs() - start;
+  }
   RefillFill();
 }
 

@@ -66,8 +66,10 @@ struct XskStats {
   // dropped whole, never handed out in part.
   uint64_t rx_chains_dropped = 0;
   uint64_t tx_packets = 0, tx_bytes = 0;
-  uint64_t tx_kicks = 0;               // sendto() calls that woke the TX path (syscalls)
-  uint64_t tx_kick_retries = 0;        // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
+  uint64_t tx_kicks = 0;         // sendto() calls that woke the TX path (syscalls)
+  uint64_t tx_kick_retries = 0;  // kicks answered EAGAIN/EBUSY/ENOBUFS (included in tx_kicks)
+  // Time in those kicks: in copy mode on veth the receiving namespace's stack runs in them.
+  uint64_t tx_kick_ns = 0;
   uint64_t rx_wakeups = 0;             // recvfrom() calls because the fill ring asked for a wakeup
   uint64_t tx_ring_full = 0;           // frames that had to wait for a later flush
   uint64_t fill_ring_empty = 0;        // times the kernel flagged the fill ring as needing frames

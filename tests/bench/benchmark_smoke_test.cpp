@@ -147,8 +147,8 @@ TEST(BenchmarkSmoke, QuickRunMeasuresEveryConfiguration) {
   ASSERT_FALSE(table.empty()) << "no results.md:\n" << run.output();
   EXPECT_NE(ReadFile(out / "results.json").find("\"xdpfwd-xdp\""), std::string::npos);
   const std::string json = ReadFile(out / "results.json");
-  for (const char* field :
-       {"\"verified_close\"", "\"connections_total\"", "\"rate_client\"", "\"us_per_conn\""}) {
+  for (const char* field : {"\"verified_close\"", "\"connections_total\"", "\"rate_client\"",
+                            "\"us_per_conn\"", "\"own_us_per_conn\""}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " missing from results.json";
   }
   // The bulk rows per topology: in --quick the fast path alone on plain veths and on RPS to the
