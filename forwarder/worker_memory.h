@@ -12,7 +12,8 @@ namespace xdpfwd {
 
 inline constexpr uint32_t kWorkerMemoryMagic = 0x57504458;  // "XDPW" in memory
 inline constexpr uint16_t kWorkerMemoryVersion =
-    5;  // 2: the rule table; 3, 4: [accept-proxy], [retry-on] in it; 5: shutdown words
+    5;  // 2: the rule table; 3, 4: [accept-proxy], [retry-on] in it; 5: shutdown words, TX syscall
+        // time
 
 // One region: `count` parts of `bytes_each`, back to back (count 1 for a shared one); 0 bytes:
 // not there (the access log's rings without a logfile, the recorder when off).
