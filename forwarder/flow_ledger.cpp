@@ -108,21 +108,21 @@ bool FlowLedger::RemoveDue(uint64_t now_ms, size_t budget) {
   }
   // Backend entries wait for company: one call removes a batch, where one each was a fifth of the
   // worker's map calls (docs/relay.md, "What the entries cost the worker").
-  if (!backend_removals_.empty() && backend_removals_.front().due_ms <= now_ms) {
-    size_t due = 0;
-    while (due < backend_removals_.size() && due < kRemovalBatch &&
-           backend_removals_[due].due_ms <= now_ms) {
-      ++due;
-    }
-    if (due == kRemovalBatch || backend_removals_.front().due_ms + kBatchWaitMs <= now_ms) {
-      RemoveBackendEntries(due);
-      removed = true;
-    }
+  // The queue is in due order, so the due ones are a prefix: each call looks only past the part
+  // of it an earlier call saw due (rescanning it every iteration while a batch filled was 17%
+  // of the worker's samples under a connection-rate load).
+  const size_t limit = std::min(backend_removals_.size(), kRemovalBatch);
+  while (backend_due_ < limit && backend_removals_[backend_due_].due_ms <= now_ms) ++backend_due_;
+  if (backend_due_ > 0 && (backend_due_ == kRemovalBatch ||
+                           backend_removals_.front().due_ms + kBatchWaitMs <= now_ms)) {
+    RemoveBackendEntries(backend_due_);
+    removed = true;
   }
   return removed;
 }
 
 void FlowLedger::RemoveBackendEntries(size_t n) {
+  backend_due_ -= std::min(backend_due_, n);
   batch_.clear();
   FlowTable* table = nullptr;
   for (size_t i = 0; i < n; ++i) {

@@ -138,6 +138,8 @@ class FlowLedger {
   // Per (source address, backend address, backend port): created on first use.
   std::map<std::tuple<IpAddress, IpAddress, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
   size_t next_source_ = 0;  // round robin over a route's backend sources
+  // How many entries at the front of backend_removals_ an earlier RemoveDue saw due.
+  size_t backend_due_ = 0;
   // Due times are increasing in each: a constant linger. Client entries, and refused clients';
   // backend legs' apart, for their batches.
   std::deque<PendingRemoval> removals_;
