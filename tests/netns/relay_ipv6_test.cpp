@@ -186,5 +186,38 @@ TEST(RelayIpv6Test, SixToSixFourToSixAndSixToFourOnTheFastPath) {
   for (const auto& b : backends) EXPECT_EQ(b->failures(), "");
 }
 
+// The IPv6 backend's next hop is resolved (neighbour discovery) before the forwarder says ready,
+// as IPv4's is (next_hop_test.cpp), and the client's MAC is learned from its SYN: the first
+// connection's segments wait for no neighbour. Without the priming the first SYN to the backend
+// waited for the worker's own request (tx_no_neighbor 1).
+TEST(RelayIpv6Test, FirstConnectionToAnIpv6BackendWaitsForNoNeighbour) {
+  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  constexpr uint16_t kPort = 9000;
+  Topology topo;
+  const Ipv6Addresses v6 = AddIpv6(topo);
+  // The kernel solicits from a link-local address that has passed duplicate address detection
+  // (ndisc_send_ns), and a veth made a moment ago has none yet for a second or two: it would send
+  // nothing. One more link-local address, usable at once, as a long-up interface has.
+  ASSERT_EQ(
+      topo.Run("", "ip -6 addr add fe80::1/64 dev " + topo.server_side_if() + " nodad").status, 0);
+  const RulesFile file(v6.client.root + " " + std::to_string(kPort) + " " + v6.server.ns + " " +
+                       std::to_string(kPort) + "\n");
+  Backend backend(TcpListen6(topo.server_ns(), v6.server.ns, kPort), EchoUntilEofOrReset);
+  auto fwd = ForwarderProcess::WithConfig("xdp", file.path());
+  {
+    UniqueFd client = TcpConnectTo(topo.client_ns(), v6.client.root, kPort);
+    const StreamStats sent = SendPattern(client.get(), 1, 4096);
+    const StreamStats back = ReceiveAll(client.get());
+    EXPECT_EQ(back.bytes, sent.bytes);
+    EXPECT_EQ(back.hash, sent.hash);
+  }
+  ASSERT_TRUE(backend.WaitServed(1));
+  const auto stats = fwd->Stats();
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.tx_no_neighbor"), 0u) << fwd->output();
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.next_hops"), 2u)
+      << "the client (learned from its SYN) and the backend";
+  EXPECT_EQ(ForwarderProcess::Get(stats, "fast.accepted"), 1u);
+}
+
 }  // namespace
 }  // namespace xdpfwd::test
