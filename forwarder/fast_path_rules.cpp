@@ -27,13 +27,12 @@ uint32_t RxQueueCount(const std::string& ifname) {
   return n;
 }
 
-// A rule's [src=ADDR] replaces --backend-source for its backend legs. --backend-source takes
-// IPv4 addresses only (as on the kernel path): an IPv6 backend's legs leave from the route's
-// source.
+// A rule's [src=ADDR] replaces --backend-source for its backend legs. Of --backend-source, a
+// backend's legs take the addresses of its family (as on the kernel path); none of it: the
+// route's source.
 std::vector<IpAddress> RuleSources(const Rule& rule, const FastPathConfig& config) {
   if (rule.source.family() != AF_UNSPEC) return {rule.source.ip().addr};
-  if (!rule.backend.is_ipv4()) return {};
-  return {config.backend_sources.begin(), config.backend_sources.end()};
+  return OfFamily(config.backend_sources, static_cast<sa_family_t>(rule.backend.family()));
 }
 
 // The backend's next hop, resolved by the kernel now, on the starting thread: the first

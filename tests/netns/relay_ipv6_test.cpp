@@ -219,5 +219,86 @@ TEST(RelayIpv6Test, FirstConnectionToAnIpv6BackendWaitsForNoNeighbour) {
   EXPECT_EQ(ForwarderProcess::Get(stats, "fast.accepted"), 1u);
 }
 
+// --backend-source takes IPv6 addresses beside IPv4 ones: each backend leg leaves from those of
+// its backend's family in turn (6 -> 6 from the two IPv6 ones, 4 -> 4 from the IPv4 one), on the
+// fast path each an lwIP netif of its own, on the kernel path a bind. On the fast path an IPv6
+// address the backend-side interface does not have is refused at start, with the command.
+class RelayIpv6SourceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RelayIpv6SourceTest, BackendSourceTakesIpv6AddressesBesideIpv4Ones) {
+  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
+  constexpr uint16_t kPort6 = 9000, kPort4 = 9001;
+  Topology topo;
+  const Ipv6Addresses v6 = AddIpv6(topo);
+  const std::string prefix = v6.server.root.substr(0, v6.server.root.rfind("::"));
+  const std::string a6 = prefix + "::21", b6 = prefix + "::22";
+  const uint32_t base = ntohl(topo.server_gw().s_addr) & 0xffffff00u;
+  const std::string c4 = ToString(in_addr{htonl(base | 210)});
+  // Deprecated, so that the kernel never takes them as a route's source itself.
+  for (const std::string& a : {a6, b6}) {
+    ASSERT_EQ(topo.Run("", "ip -6 addr add " + a + "/64 dev " + topo.server_side_if() +
+                               " nodad preferred_lft 0")
+                  .status,
+              0);
+  }
+  ASSERT_EQ(topo.Run("", "ip addr add " + c4 + "/32 dev " + topo.server_side_if()).status, 0);
+  const RulesFile file(v6.client.root + " " + std::to_string(kPort6) + " " + v6.server.ns + " " +
+                       std::to_string(kPort6) + "\n" + ToString(topo.client_gw()) + " " +
+                       std::to_string(kPort4) + " " + ToString(topo.server_addr()) + " " +
+                       std::to_string(kPort4) + "\n");
+  EchoServer echo6(TcpListen6(topo.server_ns(), v6.server.ns, kPort6));
+  EchoServer echo4(TcpListen(topo.server_ns(), topo.server_addr(), kPort4));
+  auto fwd = ForwarderProcess::WithConfig(GetParam(), file.path(),
+                                          {"--backend-source", a6 + "," + c4 + "," + b6});
+  std::vector<UniqueFd> held;  // open, so that ss sees every leg
+  for (int i = 0; i < 4; ++i) {
+    for (const bool ipv6 : {true, false}) {
+      held.push_back(TcpConnectTo(topo.client_ns(),
+                                  ipv6 ? v6.client.root : ToString(topo.client_gw()),
+                                  ipv6 ? kPort6 : kPort4));
+      char msg[64] = {static_cast<char>(i)};
+      ASSERT_EQ(send(held.back().get(), msg, sizeof(msg), MSG_NOSIGNAL), 64);
+      ASSERT_EQ(recv(held.back().get(), msg, sizeof(msg), MSG_WAITALL), 64);
+    }
+  }
+  const std::string seen =
+      topo.Run(topo.server_ns(), "ss -Htn state established '( sport = :" + std::to_string(kPort6) +
+                                     " or sport = :" + std::to_string(kPort4) + " )'")
+          .output;
+  // Every IPv6 leg from one of the IPv6 sources, and from each of them (the fast path's one
+  // worker alternates them exactly, FlowLedgerTest.EachRouteTakesItsSourcesInItsOwnTurn; each
+  // kernel-path thread takes its own turn); every IPv4 leg from the IPv4 one; none from the
+  // routes' own sources.
+  const size_t from_a = Occurrences(seen, "[" + a6 + "]:"),
+               from_b = Occurrences(seen, "[" + b6 + "]:");
+  EXPECT_EQ(from_a + from_b, 4u) << seen;
+  EXPECT_GE(from_a, 1u) << seen;
+  EXPECT_GE(from_b, 1u) << seen;
+  EXPECT_EQ(Occurrences(seen, c4 + ":"), 4u) << seen;
+  EXPECT_EQ(Occurrences(seen, "[" + v6.server.root + "]:"), 0u) << seen;
+  held.clear();
+  const auto stats = fwd->WaitForStats([&](const auto& s) { return fwd->Relay(s, "active") == 0; });
+  EXPECT_EQ(fwd->Relay(stats, "completed"), 8u);
+  if (GetParam() != "xdp") return;
+
+  const std::string missing = prefix + "::99";
+  try {
+    ForwarderProcess::WithConfig("xdp", file.path(), {"--backend-source", missing});
+    ADD_FAILURE() << "started with " << missing << ", which no interface has";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--backend-source " + missing + " is not an address of " +
+                                         topo.server_side_if()),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("ip -6 addr add " + missing + "/128 dev " +
+                                         topo.server_side_if()),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RelayIpv6SourceTest, ::testing::Values("xdp", "kernel"),
+                         [](const auto& p) { return p.param; });
+
 }  // namespace
 }  // namespace xdpfwd::test
