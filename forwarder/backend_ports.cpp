@@ -62,20 +62,30 @@ std::vector<uint16_t> PortsOf(const std::vector<PortRange>& ranges) {
   return ports;
 }
 
+// The device's hash of the backend's reply to `local`:`port`, in the addresses' family.
+uint32_t ReplyHash(std::span<const uint8_t> key, const IpAddress& backend, const IpAddress& local,
+                   uint16_t backend_port, uint16_t port) {
+  return backend.is_v6() ? ToeplitzIpv6Tcp(key, backend.v6(), local.v6(), backend_port, port)
+                         : ToeplitzIpv4Tcp(key, backend.v4(), local.v4(), backend_port, port);
+}
+
 }  // namespace
 
 std::vector<uint16_t> PortsLandingOn(const RssTable& rss, std::span<const uint32_t> queues,
-                                     in_addr local, in_addr backend, uint16_t backend_port,
-                                     const std::vector<PortRange>& ranges) {
+                                     const IpAddress& local, const IpAddress& backend,
+                                     uint16_t backend_port, const std::vector<PortRange>& ranges) {
   std::vector<uint16_t> out;
-  if (rss.indirection.empty() || queues.empty()) return out;
+  if (rss.indirection.empty() || queues.empty() || local.family != backend.family) return out;
   // The hash of (backend, local, backend_port, port) is the hash with port 0 XOR the hash of
-  // an input that is zero but for the port's two bytes (Toeplitz is XOR-linear).
-  const uint32_t base = ToeplitzIpv4Tcp(rss.key, backend, local, backend_port, 0);
+  // an input that is zero but for the port's two bytes (Toeplitz is XOR-linear); that input has
+  // the family's length, so the port's bytes sit where the device hashes them.
+  const uint32_t base = ReplyHash(rss.key, backend, local, backend_port, 0);
+  IpAddress zero = backend;
+  zero.addr = in6_addr{};
   std::array<uint32_t, 256> high{}, low{};
   for (uint32_t b = 0; b < 256; ++b) {
-    high[b] = ToeplitzIpv4Tcp(rss.key, in_addr{}, in_addr{}, 0, static_cast<uint16_t>(b << 8));
-    low[b] = ToeplitzIpv4Tcp(rss.key, in_addr{}, in_addr{}, 0, static_cast<uint16_t>(b));
+    high[b] = ReplyHash(rss.key, zero, zero, 0, static_cast<uint16_t>(b << 8));
+    low[b] = ReplyHash(rss.key, zero, zero, 0, static_cast<uint16_t>(b));
   }
   std::vector<bool> ours(*std::max_element(rss.indirection.begin(), rss.indirection.end()) + 1);
   for (uint32_t q : queues) {

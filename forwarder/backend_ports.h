@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "os/ip_address.h"
 #include "os/result.h"
 #include "stack/rss.h"
 
@@ -36,15 +37,16 @@ Result<PortRange> KernelEphemeralPorts();
 Result<void> CheckOutsideEphemeral(const PortRange& ours, const PortRange& ephemeral);
 std::string ToString(const std::vector<PortRange>& ranges);  // "1024-32767,61000-65535"
 
-// N fast-path workers (docs/stack.md, "Next step"; built, not yet wired). The ports of `ranges`
-// a worker owning rx queues `queues` of the backend-side device should use toward `backend`
-// from `local`: those whose return traffic (backend → local:port) the device's RSS puts on
-// one of its queues, ascending. Ports for different workers' queues are disjoint, so workers
-// need no shared allocator. The Toeplitz hash is linear in its input, so each port costs two
-// table lookups, not a hash: the default 36,280-port space took 0.3 ms here (docs/stack.md).
+// N fast-path workers (docs/stack.md, "N worker processes"). The ports of `ranges` a worker
+// owning rx queues `queues` of the backend-side device should use toward `backend` from
+// `local` (both IPv4 or both IPv6; an in_addr converts): those whose return traffic
+// (backend → local:port) the device's RSS puts on one of its queues, ascending. Ports for
+// different workers' queues are disjoint, so workers need no shared allocator. The Toeplitz
+// hash is linear in its input, so each port costs two table lookups, not a hash: the default
+// 36,280-port space took 0.3 ms here (docs/stack.md). Addresses of two families: none.
 std::vector<uint16_t> PortsLandingOn(const RssTable& rss, std::span<const uint32_t> queues,
-                                     in_addr local, in_addr backend, uint16_t backend_port,
-                                     const std::vector<PortRange>& ranges);
+                                     const IpAddress& local, const IpAddress& backend,
+                                     uint16_t backend_port, const std::vector<PortRange>& ranges);
 // Where the device has no readable RSS table (veth): worker `worker` of `workers` takes every
 // workers-th port of `ranges`, so the slices are disjoint and as large as can be.
 std::vector<uint16_t> SliceOfPorts(const std::vector<PortRange>& ranges, uint32_t worker,

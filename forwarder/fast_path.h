@@ -45,10 +45,11 @@ struct FastPathConfig {
   // A worker whose loop makes no progress this long (stopped by a signal or a debugger,
   // wedged) is killed and restarted like one that died; 0: never.
   std::chrono::milliseconds watchdog{5000};
-  std::string listen_iface;              // empty: the interface holding the listen address
-  std::string backend_iface;             // empty: the kernel's route to the backend
-  PortRange backend_ports;               // automatic: DefaultBackendPorts
-  std::vector<in_addr> backend_sources;  // empty: the route's source address
+  std::string listen_iface;   // empty: the interface holding the listen address
+  std::string backend_iface;  // empty: the kernel's route to the backend
+  PortRange backend_ports;    // automatic: DefaultBackendPorts
+  // --backend-source, either family; none of a backend's family: the route's source address.
+  std::vector<IpAddress> backend_sources;
   SteerOptions steer;
   // Pick each interface's attach mode (forwarder/link_fit.h's PreferGenericXdp) unless the user
   // gave --generic or --native.

@@ -27,25 +27,23 @@ uint32_t RxQueueCount(const std::string& ifname) {
   return n;
 }
 
-// A rule's [src=ADDR] replaces --backend-source for its backend legs. --backend-source takes
-// IPv4 addresses only (as on the kernel path): an IPv6 backend's legs leave from the route's
-// source.
+// A rule's [src=ADDR] replaces --backend-source for its backend legs. Of --backend-source, a
+// backend's legs take the addresses of its family (as on the kernel path); none of it: the
+// route's source.
 std::vector<IpAddress> RuleSources(const Rule& rule, const FastPathConfig& config) {
   if (rule.source.family() != AF_UNSPEC) return {rule.source.ip().addr};
-  if (!rule.backend.is_ipv4()) return {};
-  return {config.backend_sources.begin(), config.backend_sources.end()};
+  return OfFamily(config.backend_sources, static_cast<sa_family_t>(rule.backend.family()));
 }
 
 // The backend's next hop, resolved by the kernel now, on the starting thread: the first
 // connection's SYN then finds it in the kernel's table, where it would otherwise wait on the
 // worker for a resolution (NextHopCache::kRetryMs). Peers that send us a SYN or SYN-ACK are
-// learned from it; nothing sends before our first SYN to a backend. IPv4 only: an IPv6 next
-// hop is resolved by the worker's first SYN (ResolveNeighbor has no IPv6 form yet).
+// learned from it; nothing sends before our first SYN to a backend. Either family: an IPv6 next
+// hop (the backend on-link, or a router's link-local address) is asked by neighbour discovery.
 void PrimeNextHop(const std::string& ifname, const IpAddress& next_hop) {
-  if (next_hop.is_v6()) return;
   const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0) return;
-  if (auto mac = ResolveNeighbor(ifindex, next_hop.v4(), std::chrono::milliseconds(500)); !mac) {
+  if (auto mac = ResolveNeighbor(ifindex, next_hop, std::chrono::milliseconds(500)); !mac) {
     Log("fast path: next hop " + ToString(next_hop) + " on " + ifname + " not resolved yet (" +
         mac.error().message() + "); the first connection waits for it");
   }

@@ -125,21 +125,22 @@ void WorkerProcess::ServeTable(uint64_t now_ns) {
 
 std::vector<uint16_t> WorkerProcess::PortsToward(const IpAddress& source,
                                                  const IpEndpoint& backend) const {
-  // The Toeplitz hash here is IPv4's; an IPv6 leg's ports are sliced (its replies handed over
-  // where they land).
   for (const auto& i : impl_.ifaces) {
-    if (source.is_v6() || backend.addr.is_v6()) break;
-    if (!i->rss || (i->addr.s_addr != source.v4().s_addr &&
-                    std::none_of(i->aliases.begin(), i->aliases.end(),
-                                 [&](in_addr a) { return a.s_addr == source.v4().s_addr; }))) {
-      continue;
-    }
+    const bool holds =
+        source.is_v6()
+            ? IpAddress::V6(i->ipv6.addr) == source ||
+                  std::any_of(i->aliases6.begin(), i->aliases6.end(),
+                              [&](const in6_addr& a) { return IpAddress::V6(a) == source; })
+            : i->addr.s_addr == source.v4().s_addr ||
+                  std::any_of(i->aliases.begin(), i->aliases.end(),
+                              [&](in_addr a) { return a.s_addr == source.v4().s_addr; });
+    if (!i->rss || !holds) continue;
     // The backend's replies land on the queue the device's RSS picks: ports whose replies
     // land on one of ours make the handoff rare.
     std::vector<uint32_t> mine;
     for (uint32_t q = index_; q < i->queues; q += impl_.workers) mine.push_back(q);
-    auto ports = PortsLandingOn(*i->rss, mine, source.v4(), backend.addr.v4(), backend.port,
-                                impl_.backend_ports);
+    auto ports =
+        PortsLandingOn(*i->rss, mine, source, backend.addr, backend.port, impl_.backend_ports);
     if (!ports.empty()) return ports;
   }
   return SliceOfPorts(impl_.backend_ports, index_, impl_.workers);

@@ -59,7 +59,7 @@ bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
   const FlowRoute& route = *b.route;
   const size_t sources = route.backend_sources.size();
   for (size_t tried = 0; tried < sources; ++tried) {
-    const IpAddress& source = route.backend_sources[next_source_++ % sources];
+    const IpAddress& source = route.backend_sources[route.next_source++ % sources];
     BackendPorts& ports = PortsFor(source, b.backend);
     if (const auto lease = ports.Acquire()) {
       b.ports = &ports;

@@ -27,6 +27,10 @@ struct FlowRoute {
   // the backend-side netif's address, then any --backend-source aliases lwIP answers on. Of the
   // backend's family.
   std::vector<IpAddress> backend_sources;
+  // The ledger's turn over backend_sources, this route's own: one turn shared by every route
+  // gave a rule whose connections alternate with another rule's the same source each time (a
+  // 6 -> 6 rule beside a 4 -> 4 one: every IPv6 leg from the first IPv6 source).
+  mutable size_t next_source = 0;
   FlowTable* client_side = nullptr;   // holds the clients' flows (the program inserts them)
   FlowTable* backend_side = nullptr;  // the ledger enters the backend legs' flows here
 };
@@ -137,7 +141,6 @@ class FlowLedger {
   FlowLedgerConfig config_;
   // Per (source address, backend address, backend port): created on first use.
   std::map<std::tuple<IpAddress, IpAddress, uint16_t>, std::unique_ptr<BackendPorts>> ports_;
-  size_t next_source_ = 0;  // round robin over a route's backend sources
   // How many entries at the front of backend_removals_ an earlier RemoveDue saw due.
   size_t backend_due_ = 0;
   // Due times are increasing in each: a constant linger. Client entries, and refused clients';

@@ -24,8 +24,8 @@ std::chrono::milliseconds HealthChecker::CheckTimeout(const Rule& rule) {
   return std::max(std::chrono::milliseconds(rule.check_ms), std::chrono::milliseconds(1000));
 }
 
-Result<std::unique_ptr<HealthChecker>> HealthChecker::Start(HealthBoard& board,
-                                                            std::vector<in_addr> backend_sources) {
+Result<std::unique_ptr<HealthChecker>> HealthChecker::Start(
+    HealthBoard& board, std::vector<IpAddress> backend_sources) {
   std::unique_ptr<HealthChecker> c(new HealthChecker(board, std::move(backend_sources)));
   c->epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!c->epoll_) return SystemError("health checks: epoll_create1");
@@ -164,15 +164,15 @@ Result<void> HealthChecker::BindSource(int fd, const Check& c) {
     }
     return {};
   }
-  if (c.address.family() != AF_INET || backend_sources_.empty()) return {};
-  sockaddr_in source{};
-  source.sin_family = AF_INET;
-  source.sin_addr = backend_sources_[next_source_++ % backend_sources_.size()];
+  const std::vector<IpAddress> sources =
+      OfFamily(backend_sources_, static_cast<sa_family_t>(c.address.family()));
+  if (sources.empty()) return {};
+  const IpAddress& chosen = sources[next_source_++ % sources.size()];
+  const SocketAddress source = FromIpEndpoint(IpEndpoint{chosen, 0});
   const int on = 1;  // the port is chosen at connect, per 4-tuple, as for the backend legs
   setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&source), sizeof source) != 0) {
-    return Error{
-        {}, "bind to --backend-source " + ToString(source.sin_addr) + ": " + std::strerror(errno)};
+  if (bind(fd, source.get(), source.length) != 0) {
+    return Error{{}, "bind to --backend-source " + ToString(chosen) + ": " + std::strerror(errno)};
   }
   return {};
 }

@@ -53,10 +53,10 @@ class HealthChecker {
   };
 
   // Writes to `board`, which must outlive the checker. `backend_sources` (--backend-source):
-  // a check of an IPv4 backend of a rule without src= comes from each of them in turn, as the
-  // backend legs do, so that it tries the path clients' connections take.
+  // a check of a backend of a rule without src= comes from each of those of its family in turn,
+  // as the backend legs do, so that it tries the path clients' connections take.
   static Result<std::unique_ptr<HealthChecker>> Start(HealthBoard& board,
-                                                      std::vector<in_addr> backend_sources = {});
+                                                      std::vector<IpAddress> backend_sources = {});
   ~HealthChecker();  // stops its thread; the board keeps the last verdicts
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
@@ -95,7 +95,7 @@ class HealthChecker {
     std::vector<Check> backends;
   };
 
-  HealthChecker(HealthBoard& board, std::vector<in_addr> backend_sources)
+  HealthChecker(HealthBoard& board, std::vector<IpAddress> backend_sources)
       : board_(board), backend_sources_(std::move(backend_sources)) {}
   // Binds a check's socket where the backend legs would be: the rule's src=, else the next
   // --backend-source (IPv4 backends); an error says which address failed.
@@ -112,7 +112,7 @@ class HealthChecker {
   static std::chrono::milliseconds CheckTimeout(const Rule& rule);
 
   HealthBoard& board_;
-  const std::vector<in_addr> backend_sources_;
+  const std::vector<IpAddress> backend_sources_;
   size_t next_source_ = 0;  // the checker thread's
   UniqueFd epoll_;
   mutable std::mutex mu_;  // everything below

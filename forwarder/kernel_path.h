@@ -56,9 +56,10 @@ struct KernelPathConfig {
   // a CPU busy, and a message no longer waits for the loop's halted CPU to wake (see
   // docs/kernel-path.md, "Latency: where the time goes").
   bool busy_poll = false;
-  // Local IPv4 addresses for backend legs towards IPv4 backends, used in turn (each is a
-  // local port range of its own). Empty: the route's source address.
-  std::vector<in_addr> backend_sources;
+  // Local addresses for backend legs (--backend-source), either family: a leg uses those of its
+  // backend's family in turn (each is a local port range of its own). None of that family: the
+  // route's source address.
+  std::vector<IpAddress> backend_sources;
 };
 
 // Path-specific counters next to the shared relay ones. X(name, kind, what it counts), kind

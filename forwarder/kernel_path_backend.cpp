@@ -143,9 +143,9 @@ Result<void> CheckListenAddress(const SocketAddress& listen, bool ipv6_only) {
   return {};
 }
 
-Result<void> CheckBackendSources(const std::vector<in_addr>& sources) {
-  for (const in_addr& source : sources) {
-    if (auto r = CheckSourceAddress(FromEndpoint(Endpoint{source, 0})); !r) {
+Result<void> CheckBackendSources(const std::vector<IpAddress>& sources) {
+  for (const IpAddress& source : sources) {
+    if (auto r = CheckSourceAddress(FromIpEndpoint(IpEndpoint{source, 0})); !r) {
       return Error{r.error().code, "--backend-source " + r.error().context};
     }
   }
@@ -213,7 +213,9 @@ BackendConnector::BackendConnector(const KernelPathConfig& config, LocalPorts po
   slice_ = static_cast<uint32_t>(slice.size());
 
   slice_ports_ = std::move(slice);
-  for (const in_addr& s : config.backend_sources) backend_sources_.push_back(s);
+  for (const IpAddress& s : config.backend_sources) {
+    backend_sources_.push_back(FromIpEndpoint(IpEndpoint{s, 0}));
+  }
   for (const Rule& rule : config.rules) RouteFor(rule, rule.backend);
 }
 
@@ -227,9 +229,11 @@ BackendConnector::Route& BackendConnector::RouteFor(const Rule& rule,
   if (rule.source.family() != AF_UNSPEC) {
     // The rule's [src=ADDR] (its family is the backend's: the parser checks it).
     sources.push_back(rule.source);
-  } else if (backend.is_ipv4()) {
-    // --backend-source is IPv4: an IPv6 backend keeps the route's source.
-    for (const in_addr& s : backend_sources_) sources.push_back(FromEndpoint(Endpoint{s, 0}));
+  } else {
+    // --backend-source's addresses of the backend's family; none: the route's source.
+    for (const SocketAddress& s : backend_sources_) {
+      if (s.family() == backend.family()) sources.push_back(s);
+    }
   }
   if (sources.empty()) sources.push_back(SocketAddress{});
   Route route;

@@ -38,7 +38,7 @@ Result<LocalPorts> ReadLocalPorts();
 
 // Checks once, at start, that every source address can be bound here (an address the host
 // does not have fails every connect later with the same EADDRNOTAVAIL as port exhaustion).
-Result<void> CheckBackendSources(const std::vector<in_addr>& sources);
+Result<void> CheckBackendSources(const std::vector<IpAddress>& sources);
 // The same for one address of either family (a rule's [src=ADDR]).
 Result<void> CheckSourceAddress(const SocketAddress& source);
 // Whether a listener can be bound to `listen` (SO_REUSEPORT, as the loops bind theirs): a
@@ -136,7 +136,7 @@ class BackendConnector {
 
   uint32_t slice_ = 0;  // ports in this thread's slice
   std::vector<uint16_t> slice_ports_;
-  std::vector<in_addr> backend_sources_;  // --backend-source
+  std::vector<SocketAddress> backend_sources_;  // --backend-source, either family
   std::vector<Pair> pairs_;
   std::unordered_map<const SocketAddress*, Route> routes_;  // by the backend's address
 };

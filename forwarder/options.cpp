@@ -106,12 +106,13 @@ const char* Usage() {
          "  --backend-ports LO-HI    fast path: local ports of backend legs (default: every port\n"
          "                           from 1024 outside net.ipv4.ip_local_port_range)\n"
          "  --backend-source ADDR[,ADDR...]\n"
-         "                           local IPv4 addresses of IPv4 backend legs, used in turn\n"
-         "                           (default: the route's source); each adds a port range\n"
-         "                           towards every backend (about 36,000 ports with Linux's\n"
-         "                           defaults): more connections to one backend than that\n"
-         "                           need more addresses. Both paths; the fast path needs\n"
-         "                           them on the backend-side interface\n"
+         "                           local addresses of backend legs, IPv4 or IPv6: a leg\n"
+         "                           uses those of its backend's family in turn (default,\n"
+         "                           and for a family not given: the route's source); each\n"
+         "                           adds a port range towards every backend (about 36,000\n"
+         "                           ports with Linux's defaults): more connections to one\n"
+         "                           backend than that need more addresses. Both paths; the\n"
+         "                           fast path needs them on the backend-side interface\n"
          "\n"
          "Logs and control\n"
          "  --control PATH           the control socket (default /run/xdpfwd/control; none:\n"
@@ -145,31 +146,46 @@ std::string_view PathName(PathChoice path) {
   return "?";
 }
 
-Result<std::vector<in_addr>> ParseAddressList(const std::string& option, const std::string& text) {
+Result<std::vector<IpAddress>> ParseAddressList(const std::string& option,
+                                                const std::string& text) {
   if (text.empty()) return Error{{}, option + ": needs at least one address (ADDR[,ADDR...])"};
-  std::vector<in_addr> out;
+  std::vector<IpAddress> out;
   size_t begin = 0;
   for (;;) {
     const size_t comma = text.find(',', begin);
     const std::string item =
         text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    in_addr a{};
     if (item.empty()) {
       return Error{{}, option + ": '" + text + "' has an empty address (ADDR[,ADDR...])"};
     }
-    if (inet_pton(AF_INET, item.c_str(), &a) != 1) {
-      return Error{{}, option + ": '" + item + "' is not an IPv4 address"};
+    in_addr a{};
+    in6_addr a6{};
+    IpAddress address;
+    if (inet_pton(AF_INET, item.c_str(), &a) == 1) {
+      const uint32_t host = ntohl(a.s_addr);
+      // A socket bound to these would not have a source address of its own.
+      if (host == INADDR_ANY || host == INADDR_BROADCAST || IN_MULTICAST(host)) {
+        return Error{{}, option + ": " + item + " is not a unicast address"};
+      }
+      address = IpAddress(a);
+    } else if (inet_pton(AF_INET6, item.c_str(), &a6) == 1) {
+      if (IN6_IS_ADDR_UNSPECIFIED(&a6) || IN6_IS_ADDR_MULTICAST(&a6) || IN6_IS_ADDR_V4MAPPED(&a6)) {
+        return Error{{}, option + ": " + item + " is not a unicast address"};
+      }
+      if (IN6_IS_ADDR_LINKLOCAL(&a6)) {
+        return Error{{},
+                     option + ": " + item +
+                         " is link-local, which means something only on one interface; give a "
+                         "global address"};
+      }
+      address = IpAddress::V6(a6);
+    } else {
+      return Error{{}, option + ": '" + item + "' is not an IPv4 or IPv6 address"};
     }
-    const uint32_t host = ntohl(a.s_addr);
-    // A socket bound to these would not have a source address of its own.
-    if (host == INADDR_ANY || host == INADDR_BROADCAST || IN_MULTICAST(host)) {
-      return Error{{}, option + ": " + item + " is not a unicast address"};
-    }
-    if (std::any_of(out.begin(), out.end(),
-                    [&](const in_addr& o) { return o.s_addr == a.s_addr; })) {
+    if (std::find(out.begin(), out.end(), address) != out.end()) {
       return Error{{}, option + ": " + item + " is given twice"};
     }
-    out.push_back(a);
+    out.push_back(address);
     if (comma == std::string::npos) return out;
     begin = comma + 1;
   }
@@ -381,12 +397,10 @@ Result<Options> ParseCommandLine(const std::vector<std::string>& argv) {
       auto list = ParseAddressList(a, *v);
       if (!list) return list.error();
       // Repeating the option adds to the list; an address may still appear only once.
-      for (const in_addr& addr : *list) {
-        if (std::any_of(o.backend_sources.begin(), o.backend_sources.end(),
-                        [&](const in_addr& x) { return x.s_addr == addr.s_addr; })) {
-          char text[INET_ADDRSTRLEN] = "";
-          inet_ntop(AF_INET, &addr, text, sizeof(text));
-          return Error{{}, a + ": " + text + " is given twice"};
+      for (const IpAddress& addr : *list) {
+        if (std::find(o.backend_sources.begin(), o.backend_sources.end(), addr) !=
+            o.backend_sources.end()) {
+          return Error{{}, a + ": " + ToString(addr) + " is given twice"};
         }
         o.backend_sources.push_back(addr);
       }

@@ -14,6 +14,7 @@
 #include "forwarder/kernel_path.h"
 #include "forwarder/rules.h"
 #include "forwarder/tuning.h"
+#include "os/ip_address.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -40,9 +41,10 @@ struct Options {
   // --busy-poll: the kernel path's loop threads spin instead of sleeping. An operator's choice
   // (latency for a CPU per thread), not a lever: docs/tuning.md says why.
   bool kernel_busy_poll = false;
-  // --backend-source: local IPv4 addresses backend legs are bound to, used in turn. Empty: the
-  // kernel's choice (the route's source address).
-  std::vector<in_addr> backend_sources;
+  // --backend-source: local addresses backend legs are bound to, either family: a leg uses those
+  // of its backend's family in turn. None of that family (or none at all): the kernel's choice
+  // (the route's source address).
+  std::vector<IpAddress> backend_sources;
   std::string listen_iface, backend_iface;
   PortRange backend_ports;
   uint32_t flow_capacity = 0;  // 0: the steering program's default
@@ -76,8 +78,9 @@ const char* Usage();
 std::string HelpText(const Options& o);
 std::string_view PathName(PathChoice path);
 
-// "ADDR[,ADDR...]": distinct IPv4 unicast addresses, at least one.
-Result<std::vector<in_addr>> ParseAddressList(const std::string& option, const std::string& text);
+// "ADDR[,ADDR...]": distinct unicast addresses, IPv4 or IPv6 (global: a link-local address
+// would need an interface), at least one.
+Result<std::vector<IpAddress>> ParseAddressList(const std::string& option, const std::string& text);
 
 // "5s", "250ms", "2m", or a plain number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text);

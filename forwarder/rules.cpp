@@ -60,6 +60,17 @@ SocketAddress FromEndpoint(const Endpoint& ep) {
   return out;
 }
 
+SocketAddress FromIpEndpoint(const IpEndpoint& ep) {
+  if (!ep.addr.is_v6()) return FromEndpoint(Endpoint{ep.addr.v4(), ep.port});
+  SocketAddress out;
+  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+  sin6->sin6_family = AF_INET6;
+  sin6->sin6_addr = ep.addr.v6();
+  sin6->sin6_port = htons(ep.port);
+  out.length = sizeof(sockaddr_in6);
+  return out;
+}
+
 Result<SocketAddress> ParseSocketAddress(const std::string& address, const std::string& port) {
   const std::string whole = address + " " + port;
   auto p = ParsePort(port, whole);

@@ -42,6 +42,7 @@ Result<SocketAddress> ParseSocketAddress(const std::string& text);
 // needs no brackets here.
 Result<SocketAddress> ParseSocketAddress(const std::string& address, const std::string& port);
 SocketAddress FromEndpoint(const Endpoint& ep);
+SocketAddress FromIpEndpoint(const IpEndpoint& ep);  // either family
 // "10.0.1.1:9000" or "[2001:db8::1]:9000".
 std::string ToString(const SocketAddress& address);
 // The address alone: "10.0.1.1", "[2001:db8::1]" (a source address, whose port is chosen later).

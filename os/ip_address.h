@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace xdpfwd {
 
@@ -58,6 +59,16 @@ struct IpEndpoint {
 
   bool operator==(const IpEndpoint& o) const { return addr == o.addr && port == o.port; }
 };
+
+// The addresses of `family` among `addresses`, in their order (--backend-source's for a leg).
+inline std::vector<IpAddress> OfFamily(const std::vector<IpAddress>& addresses,
+                                       sa_family_t family) {
+  std::vector<IpAddress> out;
+  for (const IpAddress& a : addresses) {
+    if (a.family == family) out.push_back(a);
+  }
+  return out;
+}
 
 struct IpAddressHash {
   size_t operator()(const IpAddress& a) const {

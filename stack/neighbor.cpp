@@ -178,14 +178,15 @@ struct NeighborEntry {
   std::optional<MacAddress> mac;  // only for a 6-byte link-layer address
 };
 
-Request NeighborRequest(uint16_t type, uint16_t flags, int ifindex, in_addr addr, uint16_t state,
-                        uint8_t ndm_flags) {
-  Request request(type, flags, ndmsg{AF_INET, 0, 0, ifindex, state, ndm_flags, 0});
-  request.AddAttribute(NDA_DST, &addr.s_addr, sizeof(addr.s_addr));
+Request NeighborRequest(uint16_t type, uint16_t flags, int ifindex, const IpAddress& addr,
+                        uint16_t state, uint8_t ndm_flags) {
+  Request request(type, flags,
+                  ndmsg{static_cast<uint8_t>(addr.family), 0, 0, ifindex, state, ndm_flags, 0});
+  request.AddAttribute(NDA_DST, addr.data(), addr.size());
   return request;
 }
 
-Result<std::optional<NeighborEntry>> GetNeighbor(int ifindex, in_addr addr) {
+Result<std::optional<NeighborEntry>> GetNeighbor(int ifindex, const IpAddress& addr) {
   Request request = NeighborRequest(RTM_GETNEIGH, 0, ifindex, addr, 0, 0);
   std::optional<NeighborEntry> entry;
   auto exchanged = Exchange(
@@ -205,7 +206,7 @@ Result<std::optional<NeighborEntry>> GetNeighbor(int ifindex, in_addr addr) {
 
 // The MAC of a usable entry; nullopt if there is no usable entry.
 Result<std::optional<MacAddress>> UsableMac(const std::optional<NeighborEntry>& entry, int ifindex,
-                                            in_addr addr) {
+                                            const IpAddress& addr) {
   if (!entry || !(entry->state & kUsableStates)) return std::optional<MacAddress>();
   if (!entry->mac) {
     return SystemError(
@@ -216,8 +217,8 @@ Result<std::optional<MacAddress>> UsableMac(const std::optional<NeighborEntry>& 
 }
 
 // NTF_USE makes the kernel act as if a packet wanted the entry: it creates it if needed and starts
-// ARP (or re-confirms a STALE entry), with no packet queued behind it.
-Result<void> SendNeighborUse(int ifindex, in_addr addr) {
+// ARP or neighbour discovery (or re-confirms a STALE entry), with no packet queued behind it.
+Result<void> SendNeighborUse(int ifindex, const IpAddress& addr) {
   // NUD_NONE, not the NUD_PERMANENT `ip neigh ... use` sends: neigh_add() makes a new entry exempt
   // from garbage collection when the requested state is PERMANENT, though it ends up dynamic.
   Request request =
@@ -332,13 +333,13 @@ Result<InterfaceAddress6> InterfaceIpv6Address(int ifindex) {
   return *found;
 }
 
-Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, in_addr addr) {
+Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, const IpAddress& addr) {
   auto entry = GetNeighbor(ifindex, addr);
   if (!entry) return entry.error();
   return UsableMac(*entry, ifindex, addr);
 }
 
-Result<void> RequestNeighborResolution(int ifindex, in_addr addr) {
+Result<void> RequestNeighborResolution(int ifindex, const IpAddress& addr) {
   auto entry = GetNeighbor(ifindex, addr);
   if (!entry) return entry.error();
   // NTF_USE on an existing entry clears NUD_PERMANENT (__neigh_update), so a static entry would
@@ -348,7 +349,8 @@ Result<void> RequestNeighborResolution(int ifindex, in_addr addr) {
   return SendNeighborUse(ifindex, addr);
 }
 
-Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milliseconds timeout) {
+Result<MacAddress> ResolveNeighbor(int ifindex, const IpAddress& addr,
+                                   std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
@@ -370,7 +372,8 @@ Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milli
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
   const char* name = (state & NUD_INCOMPLETE) ? "INCOMPLETE" : (state ? "FAILED" : "absent");
-  return SystemError(ToString(addr) + " on " + LinkName(ifindex) + ": no ARP reply within " +
+  return SystemError(ToString(addr) + " on " + LinkName(ifindex) + ": no " +
+                         (addr.is_v6() ? "neighbour advertisement" : "ARP reply") + " within " +
                          std::to_string(timeout.count()) + " ms (entry " + name + ")",
                      EHOSTUNREACH);
 }

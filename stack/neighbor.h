@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "os/ip_address.h"
 #include "os/result.h"
 
 namespace xdpfwd {
@@ -50,18 +51,21 @@ Result<Route> LookupRoute(in_addr dst);
 // The kernel's route to an IPv6 dst (`ip -6 route get`), with the same refusals.
 Result<Route6> LookupRoute(const in6_addr& dst);
 
-// The kernel's neighbour entry for addr on ifindex. nullopt if there is none or it is not usable
-// (INCOMPLETE, FAILED, NONE); REACHABLE, STALE, DELAY, PROBE, PERMANENT and NOARP are usable.
-Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, in_addr addr);
+// The kernel's neighbour entry for addr (either family; an in_addr converts) on ifindex. nullopt
+// if there is none or it is not usable (INCOMPLETE, FAILED, NONE); REACHABLE, STALE, DELAY,
+// PROBE, PERMANENT and NOARP are usable.
+Result<std::optional<MacAddress>> LookupNeighbor(int ifindex, const IpAddress& addr);
 
 // Asks the kernel to resolve addr on ifindex (RTM_NEWNEIGH with NTF_USE): it sends an ARP request
-// now, or re-confirms a STALE entry; no data packet is involved. Returns at once. A PERMANENT or
-// NOARP entry is left alone (NTF_USE would turn a static entry into a dynamic one).
-Result<void> RequestNeighborResolution(int ifindex, in_addr addr);
+// or a neighbour solicitation now, or re-confirms a STALE entry; no data packet is involved.
+// Returns at once. A PERMANENT or NOARP entry is left alone (NTF_USE would turn a static entry
+// into a dynamic one).
+Result<void> RequestNeighborResolution(int ifindex, const IpAddress& addr);
 
 // Looks up, requests resolution if needed and polls until the entry is usable or timeout passes.
 // Sleeps between polls: for the set-up path only, never the worker loop.
-Result<MacAddress> ResolveNeighbor(int ifindex, in_addr addr, std::chrono::milliseconds timeout);
+Result<MacAddress> ResolveNeighbor(int ifindex, const IpAddress& addr,
+                                   std::chrono::milliseconds timeout);
 
 // The interface that holds local address addr: {ifindex, name}.
 Result<std::pair<int, std::string>> InterfaceWithAddress(in_addr addr);

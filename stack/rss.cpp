@@ -50,6 +50,18 @@ uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr da
   return ToeplitzHash(key, input);
 }
 
+uint32_t ToeplitzIpv6Tcp(std::span<const uint8_t> key, const in6_addr& saddr, const in6_addr& daddr,
+                         uint16_t sport, uint16_t dport) {
+  uint8_t input[36];
+  std::memcpy(input, &saddr, 16);  // network order, as on the wire
+  std::memcpy(input + 16, &daddr, 16);
+  input[32] = static_cast<uint8_t>(sport >> 8);
+  input[33] = static_cast<uint8_t>(sport);
+  input[34] = static_cast<uint8_t>(dport >> 8);
+  input[35] = static_cast<uint8_t>(dport);
+  return ToeplitzHash(key, input);
+}
+
 Result<RssTable> ReadRssTable(const std::string& ifname) {
   UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd) return SystemError("socket for ethtool");

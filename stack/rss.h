@@ -29,6 +29,10 @@ uint32_t ToeplitzHash(std::span<const uint8_t> key, std::span<const uint8_t> inp
 // port, destination port, all as on the wire. Ports in host order here.
 uint32_t ToeplitzIpv4Tcp(std::span<const uint8_t> key, in_addr saddr, in_addr daddr, uint16_t sport,
                          uint16_t dport);
+// IPv6/TCP the same way: the two 16-byte addresses, then the ports; 36 bytes of input, which a
+// 40-byte key covers exactly.
+uint32_t ToeplitzIpv6Tcp(std::span<const uint8_t> key, const in6_addr& saddr, const in6_addr& daddr,
+                         uint16_t sport, uint16_t dport);
 
 struct RssTable {
   std::vector<uint8_t> key;

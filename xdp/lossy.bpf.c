@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Loss injector for tests: drops a configured share of IPv4 TCP packets
- * arriving on the interface it is attached to. This kernel has no netem, so the
- * relay's loss tests put this on a veth instead. Everything that is not IPv4
- * TCP (ARP above all) always passes. Attached in generic mode it sees a GSO
- * packet whole, so one drop takes all its segments (a burst). */
+/* Loss injector for tests: drops a configured share of the TCP packets (IPv4,
+ * or IPv6 with TCP as its first next header) arriving on the interface it is
+ * attached to. This kernel has no netem, so the relay's loss tests put this on
+ * a veth instead. Everything else (ARP and ICMPv6 neighbour discovery above
+ * all) always passes. Attached in generic mode it sees a GSO packet whole, so
+ * one drop takes all its segments (a burst). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -36,15 +38,25 @@ static __always_inline void count(__u32 which)
 	add(which, 1);
 }
 
-static __always_inline int is_ipv4_tcp(void *data, void *data_end)
+static __always_inline int is_tcp(void *data, void *data_end)
 {
 	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
 
-	if ((void *)(ip + 1) > data_end)
+	if ((void *)(eth + 1) > data_end)
 		return 0;
-	return eth->h_proto == bpf_htons(ETH_P_IP) &&
-	       ip->protocol == IPPROTO_TCP;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		return (void *)(ip + 1) <= data_end &&
+		       ip->protocol == IPPROTO_TCP;
+	}
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		return (void *)(ip6 + 1) <= data_end &&
+		       ip6->nexthdr == IPPROTO_TCP;
+	}
+	return 0;
 }
 
 SEC("xdp")
@@ -53,7 +65,7 @@ int lossy(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 
-	if (!is_ipv4_tcp(data, data_end)) {
+	if (!is_tcp(data, data_end)) {
 		count(LOSSY_PASSED_OTHER);
 		return XDP_PASS;
 	}

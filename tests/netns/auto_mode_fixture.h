@@ -257,6 +257,61 @@ inline UniqueFd TcpConnect6(const std::string& ns, const std::string& addr, uint
   return fd;
 }
 
+inline UniqueFd TcpListen6(const std::string& ns, const std::string& addr, uint16_t port) {
+  UniqueFd fd;
+  RunInNamespace(ns, [&] {
+    fd.reset(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+    const int one = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    sockaddr_in6 sa{};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_port = htons(port);
+    if (inet_pton(AF_INET6, addr.c_str(), &sa.sin6_addr) != 1 ||
+        bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+        listen(fd.get(), 16) != 0) {
+      throw std::runtime_error("listen [" + addr + "]:" + std::to_string(port) + ": " +
+                               strerror(errno));
+    }
+  });
+  return fd;
+}
+
+// A client connection to `addr` (either family) from namespace `ns`, whose connect gives up
+// after 5 s and whose reads after 20 s: a path that drops the SYN or stalls fails the test
+// instead of hanging it.
+inline UniqueFd TcpConnectTo(const std::string& ns, const std::string& addr, uint16_t port) {
+  UniqueFd fd;
+  RunInNamespace(ns, [&] {
+    sockaddr_storage sa{};
+    socklen_t length = 0;
+    auto* sin = reinterpret_cast<sockaddr_in*>(&sa);
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&sa);
+    if (inet_pton(AF_INET, addr.c_str(), &sin->sin_addr) == 1) {
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(port);
+      length = sizeof(*sin);
+    } else if (inet_pton(AF_INET6, addr.c_str(), &sin6->sin6_addr) == 1) {
+      sin6->sin6_family = AF_INET6;
+      sin6->sin6_port = htons(port);
+      length = sizeof(*sin6);
+    } else {
+      throw std::runtime_error("bad address " + addr);
+    }
+    fd.reset(socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+    const timeval connect_limit{5, 0}, read_limit{20, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &connect_limit, sizeof(connect_limit));
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &read_limit, sizeof(read_limit));
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), length) != 0) {
+      throw std::runtime_error("connect " + addr + " port " + std::to_string(port) + ": " +
+                               strerror(errno));
+    }
+  });
+  return fd;
+}
+
 // The XDP program ids attached to a root-namespace interface (0: none in that mode).
 struct AttachedXdp {
   uint32_t native = 0, generic = 0;

@@ -1,6 +1,6 @@
 // The loss injector (xdp/lossy.bpf.c) attached to the namespace end of a topology's veth: it
-// drops that share of the IPv4 TCP frames the namespace receives. Detached when destroyed (and
-// gone with the namespace in any case).
+// drops that share of the TCP frames (IPv4 and IPv6) the namespace receives. Detached when
+// destroyed (and gone with the namespace in any case).
 #pragma once
 
 #include <cstdint>

@@ -108,6 +108,34 @@ TEST(RssPortsTest, PickedPortsAreExactlyThoseWhoseRepliesLandOnTheQueues) {
   EXPECT_LT(picked.size(), 36280u * 55 / 100);
 }
 
+// The same for IPv6 backend legs (issue #31): the reply's hash is over the 16-byte addresses,
+// the ports after them, so the port bytes sit elsewhere in the hash's input than for IPv4.
+TEST(RssPortsTest, Ipv6PickedPortsAreExactlyThoseWhoseRepliesLandOnTheQueues) {
+  const RssTable rss = FourQueues();
+  in6_addr local6{}, backend6{};
+  inet_pton(AF_INET6, "fd00:19::1", &local6);
+  inet_pton(AF_INET6, "fd00:19::2", &backend6);
+  const IpAddress local = IpAddress::V6(local6), backend = IpAddress::V6(backend6);
+  const std::vector<PortRange> ranges = {{1024, 32767}, {61000, 65535}};
+  const std::vector<uint32_t> queues = {0, 2};
+  const auto picked = PortsLandingOn(rss, queues, local, backend, 9001, ranges);
+  const std::set<uint16_t> picked_set(picked.begin(), picked.end());
+  ASSERT_EQ(picked_set.size(), picked.size());
+  for (const PortRange& r : ranges) {
+    for (uint32_t p = r.first; p <= r.last; ++p) {
+      const uint32_t q =
+          rss.QueueOf(ToeplitzIpv6Tcp(rss.key, backend6, local6, 9001, static_cast<uint16_t>(p)));
+      ASSERT_EQ(picked_set.count(static_cast<uint16_t>(p)) == 1, q == 0 || q == 2) << p;
+    }
+  }
+  EXPECT_GT(picked.size(), 36280u * 45 / 100);
+  EXPECT_LT(picked.size(), 36280u * 55 / 100);
+  // Not the IPv4 hash: an IPv4 pair's ports are another set.
+  EXPECT_NE(picked, PortsLandingOn(rss, queues, Ip("198.19.0.1"), Ip("198.19.0.2"), 9001, ranges));
+  // A source and a backend of two families have no hash: no ports (the caller slices).
+  EXPECT_TRUE(PortsLandingOn(rss, queues, Ip("198.19.0.1"), backend, 9001, ranges).empty());
+}
+
 // Workers owning different queues get disjoint ports that together cover the space: no
 // shared allocator is needed.
 TEST(RssPortsTest, WorkersWithDifferentQueuesShareNoPort) {

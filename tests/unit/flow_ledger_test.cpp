@@ -147,6 +147,25 @@ TEST_F(FlowLedgerTest, SourcesTakenInTurnAndSkippedWhenFull) {
   EXPECT_EQ(ledger.backend_ports_in_use(), 2u);
 }
 
+// Each route takes its sources in turn by itself: connections of two rules that alternate still
+// spread over each rule's sources (one turn shared by both gave each rule one source only).
+TEST_F(FlowLedgerTest, EachRouteTakesItsSourcesInItsOwnTurn) {
+  FlowLedger ledger(Config());
+  const FlowRoute two = Route(1, "10.2.0.9", 9000, {Ip("10.1.0.1"), Ip("10.1.0.2")});
+  const FlowRoute one = Route(2, "10.2.0.8", 9000, {Ip("10.1.0.3")});
+  std::vector<IpAddress> seen;
+  for (uint16_t i = 0; i < 4; ++i) {
+    FlowBooking a = ledger.Accept(two, Client(static_cast<uint16_t>(100 + i)));
+    FlowBooking b = ledger.Accept(one, Client(static_cast<uint16_t>(200 + i)));
+    ASSERT_TRUE(ledger.LeaseBackendPort(a));
+    ASSERT_TRUE(ledger.LeaseBackendPort(b));
+    seen.push_back(a.backend_flow.daddr);
+    EXPECT_EQ(b.backend_flow.daddr, IpAddress(Ip("10.1.0.3")));
+  }
+  EXPECT_EQ(seen, (std::vector<IpAddress>{Ip("10.1.0.1"), Ip("10.1.0.2"), Ip("10.1.0.1"),
+                                          Ip("10.1.0.2")}));
+}
+
 TEST_F(FlowLedgerTest, EntriesLingerThenGo) {
   FlowLedger ledger(Config());
   const FlowRoute route = Route(1, "10.2.0.9", 9000);

@@ -20,15 +20,9 @@
 namespace xdpfwd {
 namespace {
 
-std::string Dotted(const in_addr& a) {
-  char text[INET_ADDRSTRLEN] = "";
-  inet_ntop(AF_INET, &a, text, sizeof(text));
-  return text;
-}
-
-std::vector<std::string> Dotted(const std::vector<in_addr>& list) {
+std::vector<std::string> Dotted(const std::vector<IpAddress>& list) {
   std::vector<std::string> out;
-  for (const in_addr& a : list) out.push_back(Dotted(a));
+  for (const IpAddress& a : list) out.push_back(ToString(a));
   return out;
 }
 
@@ -118,13 +112,13 @@ TEST(BackendSourceOption, ErrorsNameTheOptionAndTheFault) {
   EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1,"}),
             "--backend-source: '10.0.0.1,' has an empty address (ADDR[,ADDR...])");
   EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.300"}),
-            "--backend-source: '10.0.0.300' is not an IPv4 address");
+            "--backend-source: '10.0.0.300' is not an IPv4 or IPv6 address");
   EXPECT_EQ(ErrorOf({"--backend-source", "host.example"}),
-            "--backend-source: 'host.example' is not an IPv4 address");
-  EXPECT_EQ(ErrorOf({"--backend-source", "2001:db8::1"}),
-            "--backend-source: '2001:db8::1' is not an IPv4 address");
+            "--backend-source: 'host.example' is not an IPv4 or IPv6 address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "[2001:db8::1]"}),
+            "--backend-source: '[2001:db8::1]' is not an IPv4 or IPv6 address");
   EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1 "}),
-            "--backend-source: '10.0.0.1 ' is not an IPv4 address");
+            "--backend-source: '10.0.0.1 ' is not an IPv4 or IPv6 address");
   EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1,10.0.0.2,10.0.0.1"}),
             "--backend-source: 10.0.0.1 is given twice");
   EXPECT_EQ(ErrorOf({"--backend-source", "10.0.0.1", "--backend-source", "10.0.0.1"}),
@@ -135,9 +129,32 @@ TEST(BackendSourceOption, ErrorsNameTheOptionAndTheFault) {
             "--backend-source: 224.0.0.1 is not a unicast address");
   EXPECT_EQ(ErrorOf({"--backend-source", "255.255.255.255"}),
             "--backend-source: 255.255.255.255 is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "::"}), "--backend-source: :: is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "ff02::1"}),
+            "--backend-source: ff02::1 is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "::ffff:10.0.0.1"}),
+            "--backend-source: ::ffff:10.0.0.1 is not a unicast address");
+  EXPECT_EQ(ErrorOf({"--backend-source", "fe80::1"}),
+            "--backend-source: fe80::1 is link-local, which means something only on one "
+            "interface; give a global address");
+  // Twice in two spellings is twice.
+  EXPECT_EQ(ErrorOf({"--backend-source", "2001:db8::1,2001:DB8:0::1"}),
+            "--backend-source: 2001:DB8:0::1 is given twice");
   auto missing = ParseCommandLine({"10.0.1.1:9000", "10.0.0.2:9001", "--backend-source"});
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().message(), "--backend-source needs a value");
+}
+
+// Either family, mixed, in the order given (a leg takes those of its backend's family).
+TEST(BackendSourceOption, Ipv6AddressesBesideIpv4Ones) {
+  auto mixed = Parse({"--backend-source", "2001:db8::5,10.0.0.1", "--backend-source", "fd00::7"});
+  ASSERT_TRUE(mixed) << mixed.error().message();
+  EXPECT_EQ(Dotted(mixed->backend_sources),
+            (std::vector<std::string>{"2001:db8::5", "10.0.0.1", "fd00::7"}));
+  EXPECT_EQ(Dotted(OfFamily(mixed->backend_sources, AF_INET6)),
+            (std::vector<std::string>{"2001:db8::5", "fd00::7"}));
+  EXPECT_EQ(Dotted(OfFamily(mixed->backend_sources, AF_INET)),
+            std::vector<std::string>{"10.0.0.1"});
 }
 
 TEST(BackendSourceOption, UsageMentionsIt) {

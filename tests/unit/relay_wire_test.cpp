@@ -328,6 +328,44 @@ TEST_F(RelayWireTest, BackendPortsCycleAndNeverCollide) {
   EXPECT_EQ(Count(&RelayCounters::completed), 9u);
 }
 
+// The same port books for IPv6 backend legs (a 4 -> 6 rule: the client leg stays the fixture's
+// IPv4 one): FIFO reuse toward the IPv6 backend, no two live legs on one 4-tuple, each leg's
+// backend flow entry an IPv6 tuple on its port, and every port back at the end.
+TEST_F(RelayWireTest, BackendPortsCycleAndNeverCollideOnIpv6Legs) {
+  tcp_pcb* backend6 = LwipWire::Listen(LwipWire::Addr6B(), kBackendPort, this, AcceptBackend);
+  ASSERT_NE(backend6, nullptr);
+  const IpAddress a6 = lwip_pcb::ToIpAddress(LwipWire::Addr6A());
+  const IpAddress b6 = lwip_pcb::ToIpAddress(LwipWire::Addr6B());
+  RelayConfig config = Config();
+  config.rules[0].backend = IpEndpoint{b6, kBackendPort};
+  config.rules[0].backend_sources = {a6};
+  config.backend_ports = {{kFirstLegPort, kFirstLegPort + 2}};
+  ASSERT_NO_FATAL_FAILURE(StartRelay(config));
+  std::vector<Pair> live;
+  for (uint16_t i = 0; i < 9; ++i) {
+    const Pair p = Open(static_cast<uint16_t>(41000 + i));
+    ASSERT_NE(p.backend, nullptr);
+    EXPECT_EQ(lwip_pcb::EndpointsOf(p.backend->pcb).remote, a6);
+    EXPECT_TRUE(backend_table_.Find(FlowTuple{b6, a6, kBackendPort, leg_ports_.back()}))
+        << "leg port " << leg_ports_.back();
+    live.push_back(p);
+    const std::vector<PcbTuple> active = LwipWire::ActiveTuples();
+    EXPECT_EQ(std::set<PcbTuple>(active.begin(), active.end()).size(), active.size())
+        << "two live pcbs share a 4-tuple";
+    if (live.size() == 2) {  // keep two open, close the oldest: one port is always held
+      CloseBoth(*live.front().client, *live.front().backend);
+      live.erase(live.begin());
+    }
+  }
+  const std::vector<uint16_t> want = {20000, 20001, 20002, 20000, 20001,
+                                      20002, 20000, 20001, 20002};
+  EXPECT_EQ(leg_ports_, want);
+  for (const Pair& p : live) CloseBoth(*p.client, *p.backend);
+  EXPECT_EQ(Count(&RelayCounters::completed), 9u);
+  EXPECT_EQ(relay_->state().backend_ports_in_use, 0u);
+  EXPECT_EQ(tcp_close(backend6), ERR_OK);
+}
+
 // A backend that never answers the SYN (the wire drops it): the client is reset at the connect
 // timeout, not before, and counted once; a connection whose backend did answer is left alone.
 TEST_F(RelayWireTest, SilentBackendTimesOutAtTheConnectDeadline) {

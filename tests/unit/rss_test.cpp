@@ -1,5 +1,5 @@
 // Toeplitz hashing against the published RSS verification suite (Microsoft's, also in Intel's
-// 82599 datasheet 7.1.2.8.3): IPv4 with TCP, the default 40-byte key.
+// 82599 datasheet 7.1.2.8.3): IPv4 and IPv6, each with TCP, the default 40-byte key.
 #include "stack/rss.h"
 
 #include <arpa/inet.h>
@@ -43,6 +43,41 @@ TEST(ToeplitzTest, MatchesTheVerificationSuiteForIpv4AndTcp) {
     std::memcpy(addrs, &s, 4);
     std::memcpy(addrs + 4, &d, 4);
     EXPECT_EQ(ToeplitzHash(kDefaultRssKey, addrs), v.ipv4) << v.src << " -> " << v.dst;
+  }
+}
+
+// The suite's IPv6 vectors, destination first as it lists them.
+struct Vector6 {
+  const char* dst;
+  uint16_t dport;
+  const char* src;
+  uint16_t sport;
+  uint32_t ipv6;      // hash of the two addresses only
+  uint32_t ipv6_tcp;  // with the ports
+};
+
+constexpr Vector6 kSuite6[] = {
+    {"3ffe:2501:200:3::1", 1766, "3ffe:2501:200:1fff::7", 2794, 0x2cc18cd5, 0x40207d3d},
+    {"ff02::1", 4739, "3ffe:501:8::260:97ff:fe40:efab", 14230, 0x0f0c461c, 0xdde51bbf},
+    {"fe80::200:f8ff:fe21:67cf", 38024, "3ffe:1900:4545:3:200:f8ff:fe21:67cf", 44251, 0x4b61e985,
+     0x02d1feef},
+};
+
+in6_addr Ip6(const char* text) {
+  in6_addr a{};
+  inet_pton(AF_INET6, text, &a);
+  return a;
+}
+
+TEST(ToeplitzTest, MatchesTheVerificationSuiteForIpv6AndTcp) {
+  for (const Vector6& v : kSuite6) {
+    const in6_addr s = Ip6(v.src), d = Ip6(v.dst);
+    EXPECT_EQ(ToeplitzIpv6Tcp(kDefaultRssKey, s, d, v.sport, v.dport), v.ipv6_tcp)
+        << "[" << v.src << "]:" << v.sport << " -> [" << v.dst << "]:" << v.dport;
+    uint8_t addrs[32];
+    std::memcpy(addrs, &s, 16);
+    std::memcpy(addrs + 16, &d, 16);
+    EXPECT_EQ(ToeplitzHash(kDefaultRssKey, addrs), v.ipv6) << v.src << " -> " << v.dst;
   }
 }
 
