@@ -138,8 +138,21 @@ class AutoForwarder {
   Counters Stats() {
     const size_t from = child_->output().size();
     child_->Signal(SIGUSR1);
-    if (!child_->WaitForLine("xdpfwd: kernel path: ", 10s) || !child_->WaitForLine("\n", 2s)) {
-      throw std::runtime_error("no counters from xdpfwd after SIGUSR1:\n" + child_->output());
+    // The kernel path's line ends the answer (the fast path's and the steering's come first).
+    // Only a line after the signal counts: an earlier "kernel path: " line (its port choice
+    // says so when it starts choosing) was taken for the answer, and the counters read before
+    // the answer came were none at all (seen once at load average ~25).
+    const auto answered = [&] {
+      const size_t at = child_->output().find("xdpfwd: kernel path: ", from);
+      return at != std::string::npos && child_->output().find('\n', at) != std::string::npos;
+    };
+    const auto deadline = Clock::now() + 12s;
+    while (!answered()) {
+      if (Clock::now() > deadline) {
+        throw std::runtime_error("no counters from xdpfwd after SIGUSR1:\n" + child_->output());
+      }
+      child_->ReadPending();
+      std::this_thread::sleep_for(10ms);
     }
     Counters counters;
     std::istringstream lines(child_->output().substr(from));
