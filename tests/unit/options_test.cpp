@@ -156,6 +156,9 @@ TEST(MaxConnectionsOption, UnsetLeavesEachPathItsDefault) {
   auto set = Parse({"--max-connections", "5000"});
   ASSERT_TRUE(set) << set.error().message();
   EXPECT_EQ(set->max_connections, 5000u);
+  auto million = Parse({"--max-connections", "1100000"});  // bench/run's 1,000,000 idle + 10%
+  ASSERT_TRUE(million) << million.error().message();
+  EXPECT_EQ(million->max_connections, 1'100'000u);
   EXPECT_NE(ErrorOf({"--max-connections", "0"}), "(parsed)");
 }
 
