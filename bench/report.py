@@ -21,6 +21,12 @@ CLOSE_ORDERS = ("server", "client")
 CLOSE_LABEL = {"server": "server closes first", "client": "client closes first"}
 # The issue's scale for the fast path's memory target.
 IDLE_TARGET = 100_000
+# Issue #32: a million idle connections on one fast-path worker, each ≤ 1 KiB (process +
+# kernel, as IDLE_TARGET's row counts it), no fill-ring drop while they open, wait and close;
+# and bulk beside them at ≥ BESIDE_TARGET of bulk without them.
+IDLE_MILLION = 1_000_000
+IDLE_MILLION_KIB = 1.0
+BESIDE_TARGET = 0.95
 # The access log's cost: connections/s with it on at least this share of the same fast path's
 # without it, in the same run (xdpfwd-xdp-log against xdpfwd-xdp).
 LOG_RATE_TARGET = 0.95
@@ -309,6 +315,122 @@ def idle_mem_cell(name, r):
     return f"{total:,.2f} ({r['idle_process_kib_per_conn']:,.2f} + {r['idle_kernel_kib_per_conn']:,.2f})"
 
 
+def xsk_text(phase):
+    return ", ".join(f"{k} {v:,}" for k, v in phase.items())
+
+
+def idle_detail_lines(by_cfg, shown):
+    """Under the idle table: how long opening and closing took, the fast path's AF_XDP drops per
+    phase, and where the kernel's memory went (machine-wide, so both namespaces' sockets too)."""
+    out = []
+    for c in shown:
+        i = (by_cfg[c.name].get("idle") or {})
+        if not i.get("held"):
+            continue
+        text = (f"{c.label}: {i['held']:,} held, opened in {i.get('open_seconds', '—')} s by "
+                f"{i.get('processes', '—')} process(es), proven again and closed in "
+                f"{i.get('close_seconds', '—')} s")
+        if i.get("busy_while_held") is not None:
+            text += f"; worker busy {i['busy_while_held']:.2f}% of 2 s while they were held idle"
+        if i.get("xsk"):
+            text += "; AF_XDP drops " + "; ".join(f"{phase.replace('_', ' and ')}: {xsk_text(v)}"
+                                                  for phase, v in i["xsk"].items())
+        if i.get("forwarder_counters"):
+            text += "; forwarder counters that moved: " + ", ".join(
+                f"{n} {v:,}" for n, v in i["forwarder_counters"].items())
+        for side, moved in (i.get("namespaces") or {}).items():
+            if moved:
+                text += f"; {side} namespace: " + ", ".join(f"{n} {v:,}" for n, v in moved.items())
+        k = i.get("kernel_detail")
+        if k:
+            mem = k["meminfo_kib"]
+            text += (f"; kernel memory grew Slab {mem.get('Slab', 0) / 1024:,.0f} MiB "
+                     f"(unreclaimable {mem.get('SUnreclaim', 0) / 1024:,.0f}), page tables "
+                     f"{mem.get('PageTables', 0) / 1024:,.0f}, vmalloc "
+                     f"{mem.get('VmallocUsed', 0) / 1024:,.0f} MiB; TCP buffer pages "
+                     f"{k.get('tcp_pages') if k.get('tcp_pages') is not None else '—'}; "
+                     "slab caches: " + ", ".join(f"{n} {v / 1024:,.0f} MiB"
+                                                 for n, v in list(k["slabs_kib"].items())[:6]))
+        out.append(text)
+    return ["", "Idle test details (kernel memory is the machine's, both namespaces' sockets "
+            "included):", ""] + [f"- {t}" for t in out] if out else []
+
+
+def beside_of(r):
+    """(without, with) Gbit/s pairs for -P 1 and -P 8 of a configuration whose idle row ran its
+    bulk rows again beside the held connections, and how many it held; None if it did not."""
+    b = (r.get("idle") or {}).get("beside")
+    if not b or b.get("error"):
+        return None
+    return {n: (r.get(f"gbps_p{n}"), b.get(f"gbps_p{n}")) for n in (1, 8)}, b.get("held")
+
+
+def beside_table(mtu, by_cfg, shown):
+    out = []
+    for c in shown:
+        r = by_cfg[c.name]
+        b = (r.get("idle") or {}).get("beside")
+        if not b:
+            continue
+        if b.get("error"):
+            out.append(f"| {c.label} | — | not measured: {b['error']} | |")
+            continue
+        pairs, held = beside_of(r)
+        cells = []
+        for n in (1, 8):
+            without, with_ = pairs[n]
+            ratio = f"{with_ / without:.2f}×" if without and with_ is not None else "—"
+            cells.append(f"{cell(without, 2)} / {cell(with_, 2)}, {ratio}")
+        out.append(f"| {c.label} | {held:,} | " + " | ".join(cells) + " |")
+    if not out:
+        return []
+    return ["", f"Bulk beside idle connections, MTU {mtu} (issue #32): iperf3 -P 1 and -P 8 "
+            "through the configuration while its idle row's connections are held (after the "
+            "memory was read, before they are proven again and closed), against its own bulk "
+            f"rows of the same run without them; target ≥ {BESIDE_TARGET}×.", "",
+            "| configuration | idle connections held | -P 1 Gbit/s without / with, ratio | "
+            "-P 8 Gbit/s without / with, ratio |", "|---|---|---|---|"] + out
+
+
+def idle_targets(mtu, by):
+    """Issue #32's targets, read on xdpfwd-xdp's idle row: a million held, ≤ 1 KiB each, no
+    fill-ring drop during the idle test (its bulk beside excluded), bulk beside ≥ 0.95×."""
+    x = by.get("xdpfwd-xdp")
+    if not x or not (x.get("idle") or "idle" in x.get("errors", {})):
+        return []
+    rows = []
+    i, m = x.get("idle"), x.get("idle_kib_per_conn")
+    row = (f"{IDLE_MILLION:,} idle connections on one worker, every one proven at open and at "
+           f"close, ≤ {IDLE_MILLION_KIB:g} KiB each (process + kernel)")
+    if not i:
+        rows.append((mtu, row, "not measured", None))
+    elif not idle_ok(x):
+        rows.append((mtu, row, f"FAILED: {i['held']:,} of {i['requested']:,} held", None))
+    elif i["held"] < IDLE_MILLION:
+        rows.append((mtu, row, f"{m:.2f} KiB, but at {i['held']:,} held", None))
+    else:
+        rows.append((mtu, row, f"{m:.2f} KiB at {i['held']:,}", m <= IDLE_MILLION_KIB))
+    row = "0 xsk_fill_ring_empty while the idle connections open, wait and close"
+    xsk = (i or {}).get("xsk")
+    if not xsk:
+        rows.append((mtu, row, "not measured", None))
+    else:
+        n = sum(v.get("xsk_fill_ring_empty", 0) for phase, v in xsk.items() if phase != "beside")
+        held = f" at {i['held']:,} held" if i.get("held") else ""
+        rows.append((mtu, row, f"{n:,}{held}", n == 0 if idle_ok(x) else None))
+    b = beside_of(x)
+    if b:
+        pairs, held = b
+        row = f"bulk beside {held:,} idle connections ≥ {BESIDE_TARGET}× of bulk without them"
+        ratios = [w / wo for wo, w in pairs.values() if wo and w is not None]
+        if len(ratios) != 2:
+            rows.append((mtu, row, "not measured", None))
+        else:
+            rows.append((mtu, row, f"-P 1 {ratios[0]:.2f}×, -P 8 {ratios[1]:.2f}×",
+                         all(v >= BESIDE_TARGET for v in ratios) if idle_ok(x) else None))
+    return rows
+
+
 def topology_table(mtu, main, by_topology, configs, meta):
     """The bulk rows per topology at one MTU: each of the bulk tables' topologies (by_topology:
     {kind: {configuration: row}}), then the main table's for the same configurations, each
@@ -375,7 +497,8 @@ def markdown(results, configs, meta, by_topology=None):
                 f"{cell(lat(r, 'rr1', 'p50'))} / {cell(lat(r, 'rr1', 'p99'))} / {cell(lat(r, 'rr1', 'p999'))} | "
                 f"{cell(rr64 / 1000 if rr64 else None)}, {cell(lat(r, 'rr64', 'p50'))} / {cell(lat(r, 'rr64', 'p99'))} |")
         out += topology_table(mtu, by_cfg, by_topology.get(mtu, {}), configs, meta)
-        out += ["", f"Connection rate, MTU {mtu}: {meta['rate_concurrency']} connections at a "
+        rated = any(c.measures(k) for c in shown for k in RATE_ROWS)
+        out += [] if not rated else ["", f"Connection rate, MTU {mtu}: {meta['rate_concurrency']} connections at a "
                 f"time, {meta['rate_seconds']} s per close order, one 32-byte exchange each. "
                 "Forwarder µs/connection: CPU time of its processes, plus (\"irq\") the "
                 "interrupt time on its core, which on veth is mostly the peer namespaces' "
@@ -393,7 +516,7 @@ def markdown(results, configs, meta, by_topology=None):
                 "p50 / p99 µs | failed connections | forwarder µs/connection | ports, server "
                 "first / client first |",
                 "|---|---|---|---|---|---|---|---|"]
-        for c in shown:
+        for c in shown if rated else []:
             if not any(c.measures(k) for k in RATE_ROWS):  # xdpfwd-xdp-watched
                 continue
             r = by_cfg[c.name]
@@ -432,6 +555,8 @@ def markdown(results, configs, meta, by_topology=None):
             pss = None if not i or c.name == "direct" else i["pss_kib"] / 1024
             out.append(f"| {c.label} | {asked_cell} | {idle_held_cell(r)} | "
                        f"{idle_mem_cell(c.name, r)} | {cell(pss)} |")
+        out += idle_detail_lines(by_cfg, shown)
+        out += beside_table(mtu, by_cfg, shown)
         failures = [(c, k, e) for c in shown for k, e in by_cfg[c.name].get("errors", {}).items()]
         if failures:
             out += ["", "**Failed measurements:** " + "; ".join(f"{c.name} {k}: {e}" for c, k, e in failures)]
@@ -467,7 +592,8 @@ def markdown(results, configs, meta, by_topology=None):
         out.append("")
     if meta.get("notes"):
         out += ["Notes: " + " ".join(meta["notes"]), ""]
-    targets = target_rows(results, by_topology, meta.get("topology", "gro-napi"))
+    targets = target_rows(results, by_topology, meta.get("topology", "gro-napi"),
+                          meta.get("idle_only", False))
     if targets:
         out += ["### Targets: the fast path against the kernel path (and against itself with "
                 "its access log on, a PROXY header to its backends and its flight recorder off), "
@@ -924,8 +1050,9 @@ def ipv6_table(v4, v6, mtu, topology):
     return "\n".join(lines) + "\n", targets
 
 
-def target_rows(results, by_topology=None, topology="gro-napi"):
-    """(MTU, target, measured, met): met is True, False, or None when it was not measured."""
+def target_rows(results, by_topology=None, topology="gro-napi", idle_only=False):
+    """(MTU, target, measured, met): met is True, False, or None when it was not measured.
+    idle_only (bench/run --idle-only): the idle connections' rows only."""
     rows = []
     for mtu in (by_topology or {}):
         rows += topology_targets(mtu, by_topology[mtu])
@@ -1020,6 +1147,7 @@ def target_rows(results, by_topology=None, topology="gro-napi"):
     # The access log's and the PROXY header's rows last within each MTU (a stable sort keeps the
     # rest in order).
     for mtu, by in results.items():
+        rows += idle_targets(mtu, by)
         rows += kernel_haproxy_targets(mtu, by)
         rows += access_log_targets(mtu, by)
         rows += proxy_targets(mtu, by)
@@ -1027,6 +1155,8 @@ def target_rows(results, by_topology=None, topology="gro-napi"):
         rows += churn_targets(mtu, by)
     mtus = list(results) + [m for m in (by_topology or {}) if m not in results]
     rows.sort(key=lambda t: mtus.index(t[0]))
+    if idle_only:
+        rows = [r for r in rows if "idle connection" in r[1]]
     return rows
 
 

@@ -162,7 +162,8 @@ Result<void> PlanWorkers(FastPath::Impl& impl) {
     }
   }
   const uint64_t capacity = LwipConnectionCapacity();
-  const uint64_t total = config.max_connections.value_or(capacity * impl.workers);
+  const uint64_t total =
+      config.max_connections.value_or(uint64_t{LwipDefaultConnections()} * impl.workers);
   impl.max_connections_per_worker =
       static_cast<uint32_t>((total + impl.workers - 1) / impl.workers);
   if (impl.max_connections_per_worker > capacity) {
@@ -300,6 +301,8 @@ std::string Describe(const FastPath::Impl& m) {
 FastPath::FastPath(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 uint32_t FastPath::MaxConnections() { return LwipConnectionCapacity(); }
+
+uint32_t FastPath::DefaultConnections() { return LwipDefaultConnections(); }
 
 Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) {
   auto impl = std::make_unique<Impl>();

@@ -75,8 +75,8 @@ struct FastPathConfig {
   // Every worker locks all its memory once it is set up (os/memory_lock.h: mlockall), so that
   // its loop never takes a page fault; false: only its AF_XDP frame areas (always locked).
   bool lock_memory = true;
-  // --max-connections, over all workers (each takes its share); unset: every worker's lwIP
-  // holds as many as its pcb pool allows (MaxConnections()).
+  // --max-connections, over all workers (each takes its share, at most MaxConnections());
+  // unset: DefaultConnections() per worker, the part of the pcb pool locked at start.
   std::optional<uint32_t> max_connections;
 };
 
@@ -183,8 +183,11 @@ struct FastPathSnapshot : FastPathCounters {
 class FastPath {
  public:
   static Result<std::unique_ptr<FastPath>> Start(const FastPathConfig& config);
-  // The most connections it can hold (lwIP's pcb pool); the default --max-connections.
+  // The most connections a worker can hold (lwIP's pcb pool).
   static uint32_t MaxConnections();
+  // A worker's default --max-connections: the connections whose pcbs it locks at start
+  // (stack/lwip_pools.h); more than that locks more of the pool as it is used.
+  static uint32_t DefaultConnections();
   ~FastPath();  // Stop()
   FastPath(const FastPath&) = delete;
   FastPath& operator=(const FastPath&) = delete;

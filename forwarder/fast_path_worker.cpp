@@ -10,7 +10,7 @@
 #include "forwarder/fast_path_impl.h"
 #include "os/clock.h"
 #include "os/log.h"
-#include "os/memory_lock.h"
+#include "stack/lwip_pools.h"
 #include "stack/worker.h"
 #include "stack/worker_handoff.h"
 
@@ -43,7 +43,7 @@ class WorkerProcess {
 
   Result<void> Setup();
   // After Setup, before the loop: locks every page mapped now and later (--tune memory-lock).
-  void LockMemory();
+  Result<void> LockMemory();
   void Run();
   void Teardown();
 
@@ -261,12 +261,15 @@ Result<void> WorkerProcess::Setup() {
 // Setup mapped what the loop touches (ports, lwIP's pools, the relay's tables), so from here
 // every page is faulted in once and stays: the loop waits for no page fault, not even on a
 // host short of memory (docs/operations.md has the cost). Refused (RLIMIT_MEMLOCK without
-// CAP_IPC_LOCK), the worker runs unlocked: the host diagnosis says so with the fix.
-void WorkerProcess::LockMemory() {
-  if (!impl_.config.lock_memory) return;
-  if (auto r = LockAllMemory(); !r) {
-    slot_.lock_error.store(r.error().code.value(), std::memory_order_relaxed);
-  }
+// CAP_IPC_LOCK), the worker runs unlocked: the host diagnosis says so with the fix. lwIP's pcb
+// pool beyond the default cap is the exception: locked as it is first used (stack/lwip_pools.h).
+// An error is fatal (that part of the pool could not be mapped back).
+Result<void> WorkerProcess::LockMemory() {
+  if (!impl_.config.lock_memory) return {};
+  int lock_error = 0;
+  auto r = LockWorkerMemory(&lock_error);
+  slot_.lock_error.store(lock_error, std::memory_order_relaxed);
+  return r;
 }
 
 void WorkerProcess::Publish() {
@@ -412,16 +415,17 @@ void RunWorkerProcess(FastPath::Impl& impl, uint32_t index) {
   // destructors of everything this process inherited from the control process (its XDP
   // attachments above all, which must outlive any one worker).
   auto* w = new WorkerProcess(impl, index);
-  if (auto r = w->Setup(); !r) {
+  auto fail = [&](const Error& e) {
     w->Teardown();
-    const std::string why = r.error().message();
+    const std::string why = e.message();
     const size_t n = std::min(why.size(), sizeof(slot.error) - 1);
     std::memcpy(slot.error, why.data(), n);
     slot.error[n] = '\0';
     slot.state.store(WorkerState::kFailed, std::memory_order_release);
     _exit(1);
-  }
-  w->LockMemory();
+  };
+  if (auto r = w->Setup(); !r) fail(r.error());
+  if (auto r = w->LockMemory(); !r) fail(r.error());
   // Release: lock_error before the control process reads the worker as ready.
   slot.state.store(WorkerState::kReady, std::memory_order_release);
   w->Run();

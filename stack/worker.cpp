@@ -32,6 +32,8 @@ void InitLwipOnce() {
 
 uint32_t LwipConnectionCapacity() { return (MEMP_NUM_TCP_PCB - 1024) / 2; }
 
+uint32_t LwipDefaultConnections() { return (XDPFWD_TCP_PCB_PRELOCKED - 1024) / 2; }
+
 uint32_t LwipListenerCapacity() { return MEMP_NUM_TCP_PCB_LISTEN; }
 
 void Worker::HoldOutOfOrderAcks(bool on) { tcp_ooseq_ack_hold = on ? 1 : 0; }

@@ -94,6 +94,9 @@ void InitLwipOnce();
 // Relayed connections lwIP's pcb pool holds (two pcbs each, MEMP_NUM_TCP_PCB in lwipopts.h,
 // less a margin for legs released at the next slow tick).
 uint32_t LwipConnectionCapacity();
+// Relayed connections whose pcbs a worker that locks its memory locks at start
+// (XDPFWD_TCP_PCB_PRELOCKED, stack/lwip_pools.h), the same margin less.
+uint32_t LwipDefaultConnections();
 // Listen addresses one lwIP holds (MEMP_NUM_TCP_PCB_LISTEN).
 uint32_t LwipListenerCapacity();
 

@@ -108,11 +108,16 @@
 /* Received frames enter lwIP as custom pbufs over UMEM (zero-copy) and go back to the port's
  * pool from their free callback. lwIP only turns this on by itself for IP fragmentation. */
 #define LWIP_SUPPORT_CUSTOM_PBUF 1
-/* Two pcbs per relayed connection: 131072 connections (the fast path's default cap). Legs are
- * freed when they reach TIME_WAIT (docs/relay.md), so no pcb waits out 2 * MSL. Above 65535
- * only with our patch 0002, which also carves elements on first use: resident memory follows
- * the peak number of connections, not this number. */
-#define MEMP_NUM_TCP_PCB (2 * 131072 + 1024)
+/* Two pcbs per relayed connection: up to 1,179,648 connections a worker (--max-connections;
+ * issue #32 holds 1,000,000 on one worker, +10% for bench/run's margin). Legs are freed when
+ * they reach TIME_WAIT (docs/relay.md), so no pcb waits out 2 * MSL. Above 65535 only with our
+ * patch 0002, which also carves elements on first use: resident memory follows the peak number
+ * of connections, not this number. Of the pool's ~730 MiB, a worker that locks its memory
+ * locks only the XDPFWD_TCP_PCB_PRELOCKED carved first (131,072 connections, the fast path's
+ * default cap, ~80 MiB) at its start; the rest is locked page by page as pcbs are first carved
+ * there (stack/lwip_pools.h), so the default costs what it did before the pool grew. */
+#define MEMP_NUM_TCP_PCB (2 * 1179648 + 1024)
+#define XDPFWD_TCP_PCB_PRELOCKED (2 * 131072 + 1024)
 #define MEMP_NUM_TCP_PCB_LISTEN 64
 /* One pool shared by every connection's queues: send queues, plus one per out-of-order segment
  * (at most PBUF_POOL_SIZE of those), so out-of-order data cannot starve the send queues. */
@@ -196,8 +201,9 @@
            ((port) % (TCP_LOCAL_PORT_RANGE_END - TCP_LOCAL_PORT_RANGE_START + 1))))
 
 /* Buckets of the 4-tuple hash over active and TIME-WAIT pcbs (our patch 0001); a power of two.
- * One pointer each: 2 MiB, touched as connections spread over it. */
-#define TCP_PCB_HASH_SIZE (1u << 18)
+ * One pointer each: 8 MiB, touched as connections spread over it. 2^20 keeps chains at about
+ * two pcbs at 1,000,000 relayed connections (2,000,000 pcbs); 2^18 had eight. */
+#define TCP_PCB_HASH_SIZE (1u << 20)
 /* Seeds the pcb hash (and lwIP's unused port cursor) from getrandom. */
 #define LWIP_RAND() xdpfwd_random_u32()
 

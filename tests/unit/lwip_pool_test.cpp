@@ -1,5 +1,6 @@
 // What lwIP patch 0002 promises: the pcb pool holds more than 65535 pcbs, reuses freed ones
-// first, and costs resident memory only once used. Same binary as lwip_pcb_test.cpp (lwIP's
+// first, and costs resident memory only once used; and a worker's memory lock keeps that for
+// the pool beyond the default cap (stack/lwip_pools.h). Same binary as lwip_pcb_test.cpp (lwIP's
 // state is global to a process); the resident figures are taken before any test runs.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -7,9 +8,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <vector>
 
+#include "os/memory_lock.h"
+#include "stack/lwip_pools.h"
 #include "stack/worker.h"
 
 extern "C" {
@@ -182,6 +187,67 @@ TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
       "%zu pcbs carved: pool %zu resident, process grew %zu\n",
       pool.element, pool.bytes, g_at_init.process_rss, g_at_init.pool_resident, target, resident,
       grew);
+}
+
+// The kB of `field` ("Rss", "Locked") in /proc/self/smaps for the mapping that starts at
+// `begin`; -1 when there is none.
+long SmapsKib(uintptr_t begin, const char* field) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  bool in = false;
+  long kib = -1;
+  const size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long from = 0, to = 0;
+    if (std::sscanf(line, "%lx-%lx ", &from, &to) == 2 && std::strchr(line, ':') != line + 4) {
+      in = from == begin;
+    } else if (in && std::strncmp(line, field, n) == 0 && line[n] == ':') {
+      kib = std::atol(line + n + 1);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// A worker's lock (LockWorkerMemory) locks the process but maps the pcb pool beyond the first
+// XDPFWD_TCP_PCB_PRELOCKED pcbs anew, locked only as pages are first used. Run in a child
+// process (the lock is the whole process's): exits 0 if so, and says what it saw on stderr.
+// Fails without the remapping: mlockall alone makes the whole tail resident at once.
+[[noreturn]] void LockThenCarveIntoTheTail() {
+  const LwipPoolTail tail = UnusedPcbPoolTail();
+  const size_t element = PcbPool().element;
+  if (tail.bytes < size_t{MEMP_NUM_TCP_PCB - XDPFWD_TCP_PCB_PRELOCKED - 64} * element) {
+    std::fprintf(stderr, "tail %zu bytes: too short\n", tail.bytes);
+    _exit(2);
+  }
+  int lock_error = 0;
+  if (auto r = LockWorkerMemory(&lock_error); !r || lock_error != 0) {
+    std::fprintf(stderr, "LockWorkerMemory: %s, lock errno %d\n",
+                 r ? "ok" : r.error().message().c_str(), lock_error);
+    _exit(3);
+  }
+  const long rss_at_start = SmapsKib(tail.begin, "Rss");
+  constexpr size_t kInTail = 20000;  // pcbs carved in the tail
+  while (PcbsInUse() < XDPFWD_TCP_PCB_PRELOCKED + kInTail) {
+    if (tcp_new() == nullptr) _exit(4);
+  }
+  const long rss = SmapsKib(tail.begin, "Rss"), locked = SmapsKib(tail.begin, "Locked");
+  const long want = static_cast<long>(kInTail * element / 1024);
+  std::fprintf(stderr,
+               "tail %zu MiB: %ld KiB resident after the lock; after %zu pcbs there %ld KiB "
+               "resident, %ld KiB locked (their size: %ld KiB)\n",
+               tail.bytes >> 20, rss_at_start, kInTail, rss, locked, want);
+  const bool ok = rss_at_start == 0 && rss >= want - 8 && rss <= want + 8 && locked == rss;
+  _exit(ok ? 0 : 1);
+}
+
+TEST_F(LwipPoolTest, WorkerLockLocksThePoolBeyondTheDefaultOnlyAsUsed) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's mlockall does nothing: VmLck reads 0 either way";
+#endif
+  EXPECT_EXIT(LockThenCarveIntoTheTail(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

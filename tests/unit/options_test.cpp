@@ -161,16 +161,21 @@ TEST(BackendSourceOption, UsageMentionsIt) {
   EXPECT_NE(std::string(Usage()).find("--backend-source ADDR[,ADDR...]"), std::string::npos);
 }
 
-// Unset, each path keeps its own default (the fast path's is its lwIP pool, far above what the
-// kernel path's open files allow); set, it applies to both.
+// Unset, each path keeps its own default (the fast path's is the part of its lwIP pool locked
+// at start, far above what the kernel path's open files allow, and the pool holds more for
+// --max-connections); set, it applies to both.
 TEST(MaxConnectionsOption, UnsetLeavesEachPathItsDefault) {
   auto unset = Parse({});
   ASSERT_TRUE(unset) << unset.error().message();
   EXPECT_FALSE(unset->max_connections.has_value());
-  EXPECT_GE(FastPath::MaxConnections(), 100'000u);
+  EXPECT_GE(FastPath::DefaultConnections(), 100'000u);
+  EXPECT_GE(FastPath::MaxConnections(), 1'100'000u);  // bench/run's 1,000,000 idle + 10%
   auto set = Parse({"--max-connections", "5000"});
   ASSERT_TRUE(set) << set.error().message();
   EXPECT_EQ(set->max_connections, 5000u);
+  auto million = Parse({"--max-connections", "1100000"});  // bench/run's 1,000,000 idle + 10%
+  ASSERT_TRUE(million) << million.error().message();
+  EXPECT_EQ(million->max_connections, 1'100'000u);
   EXPECT_NE(ErrorOf({"--max-connections", "0"}), "(parsed)");
 }
 
