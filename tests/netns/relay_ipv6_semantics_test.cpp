@@ -19,6 +19,7 @@
 #include "tests/support/lossy_link.h"
 #include "tests/support/packet_builder.h"
 #include "tests/support/stream_check.h"
+#include "tests/support/tcp.h"
 
 namespace xdpfwd::test {
 namespace {
@@ -39,32 +40,6 @@ struct Family {
   uint16_t refused_port() const { return step_port + 1; }
   uint16_t echo_port() const { return step_port + 2; }
 };
-
-void SetLinger0(int fd) {
-  const linger l{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-}
-
-// Reads until EOF or error; -errno on error, else the bytes read.
-int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  char buf[65536];
-  int64_t total = 0;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return -ETIMEDOUT;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) return total;
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return -errno;
-    }
-    total += n;
-  }
-}
 
 // What the steps leave in the relay's counters.
 struct Expected {

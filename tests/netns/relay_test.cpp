@@ -47,32 +47,6 @@ constexpr bool kRssIsMeaningful = true;
 
 std::string Addr(in_addr a, uint16_t port) { return ToString(a) + ":" + std::to_string(port); }
 
-void SetLinger0(int fd) {
-  const linger l{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-}
-
-// Reads until EOF or error; returns -errno on error, else bytes read.
-int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  char buf[65536];
-  int64_t total = 0;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return -ETIMEDOUT;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) return total;
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return -errno;
-    }
-    total += n;
-  }
-}
-
 class RelayTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -100,6 +101,31 @@ uint16_t LocalPort(int fd) {
   socklen_t len = sizeof(sa);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) Fail("getsockname");
   return ntohs(sa.sin_port);
+}
+
+void SetLinger0(int fd) {
+  const linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[65536];
+  int64_t total = 0;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return -ETIMEDOUT;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) return total;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -errno;
+    }
+    total += n;
+  }
 }
 
 void Fnv1a::Update(const void* data, size_t len) {

@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,6 +20,11 @@ UniqueFd TcpListen(const std::string& ns, const in_addr& addr, uint16_t port = 0
 UniqueFd TcpConnect(const std::string& ns, const in_addr& addr, uint16_t port);
 UniqueFd TcpConnect(const std::string& ns, const in6_addr& addr, uint16_t port);
 uint16_t LocalPort(int fd);
+// SO_LINGER {1, 0}: the socket's close sends a reset.
+void SetLinger0(int fd);
+// Reads fd until EOF or an error, for at most `timeout`: the bytes read, or -errno (-ETIMEDOUT
+// when the time ran out).
+int64_t DrainUntilClosed(int fd, std::chrono::milliseconds timeout);
 
 // FNV-1a, 64 bit: order-sensitive, enough to catch lost, duplicated or reordered bytes.
 class Fnv1a {
