@@ -193,25 +193,13 @@ void RelayIpv6FamiliesTest::Steps(const Family& f, ForwarderProcess& fwd, Expect
   constexpr uint64_t kBulk = 64ull << 20;
   {
     SCOPED_TRACE("64 MiB each way at once");
-    std::promise<std::pair<StreamStats, StreamStats>> server_result;
-    std::thread server([&] {
-      UniqueFd c = AcceptLeg(listener.get(), e);
-      std::future<StreamStats> received =
-          std::async(std::launch::async, [&] { return ReceiveAll(c.get()); });
-      const StreamStats sent = SendPattern(c.get(), 2, kBulk);
-      server_result.set_value({sent, received.get()});
-    });
     UniqueFd client = Connect(f, f.step_port);
-    std::future<StreamStats> received =
-        std::async(std::launch::async, [&] { return ReceiveAll(client.get()); });
-    const StreamStats sent = SendPattern(client.get(), 1, kBulk);
-    const StreamStats got = received.get();
-    server.join();
-    const auto [server_sent, server_got] = server_result.get_future().get();
-    EXPECT_EQ(server_got.bytes, kBulk);
-    EXPECT_EQ(server_got.hash, sent.hash) << "client -> backend stream corrupted";
-    EXPECT_EQ(got.bytes, kBulk);
-    EXPECT_EQ(got.hash, server_sent.hash) << "backend -> client stream corrupted";
+    const BothWays x = ExchangeBothWays(
+        client.get(), [&] { return AcceptLeg(listener.get(), e); }, kBulk);
+    EXPECT_EQ(x.backend_got.bytes, kBulk);
+    EXPECT_EQ(x.backend_got.hash, x.client_sent.hash) << "client -> backend stream corrupted";
+    EXPECT_EQ(x.client_got.bytes, kBulk);
+    EXPECT_EQ(x.client_got.hash, x.backend_sent.hash) << "backend -> client stream corrupted";
     e.accepted += 1, e.completed += 1, e.to_backend += kBulk, e.to_client += kBulk;
   }
 

@@ -112,25 +112,13 @@ std::map<std::string, uint64_t> RelayTest::OneGibEachWay(const std::vector<std::
   constexpr uint64_t kBytes = kEachWay;
   UniqueFd listener = Listen();
   auto fwd = Start(extra);
-  std::promise<std::pair<StreamStats, StreamStats>> server_result;
-  std::thread server([&] {
-    UniqueFd c(accept(listener.get(), nullptr, nullptr));
-    std::future<StreamStats> received =
-        std::async(std::launch::async, [&] { return ReceiveAll(c.get()); });
-    const StreamStats sent = SendPattern(c.get(), 2, kBytes);
-    server_result.set_value({sent, received.get()});
-  });
   UniqueFd client = Connect();
-  std::future<StreamStats> received =
-      std::async(std::launch::async, [&] { return ReceiveAll(client.get()); });
-  const StreamStats sent = SendPattern(client.get(), 1, kBytes);
-  const StreamStats got = received.get();
-  server.join();
-  const auto [server_sent, server_got] = server_result.get_future().get();
-  EXPECT_EQ(server_got.bytes, kBytes);
-  EXPECT_EQ(server_got.hash, sent.hash) << "client -> backend stream corrupted";
-  EXPECT_EQ(got.bytes, kBytes);
-  EXPECT_EQ(got.hash, server_sent.hash) << "backend -> client stream corrupted";
+  const BothWays x = ExchangeBothWays(
+      client.get(), [&] { return UniqueFd(accept(listener.get(), nullptr, nullptr)); }, kBytes);
+  EXPECT_EQ(x.backend_got.bytes, kBytes);
+  EXPECT_EQ(x.backend_got.hash, x.client_sent.hash) << "client -> backend stream corrupted";
+  EXPECT_EQ(x.client_got.bytes, kBytes);
+  EXPECT_EQ(x.client_got.hash, x.backend_sent.hash) << "backend -> client stream corrupted";
   const auto stats = WaitUntilIdle(*fwd);
   EXPECT_EQ(fwd->Relay(stats, "bytes_to_backend"), kBytes);
   EXPECT_EQ(fwd->Relay(stats, "bytes_to_client"), kBytes);

@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "tests/support/netns_topology.h"
@@ -199,6 +201,24 @@ StreamStats EchoUntilEof(int fd) {
   if (shutdown(fd, SHUT_WR) != 0) Fail("shutdown");
   stats.hash = hash.value();
   return stats;
+}
+
+BothWays ExchangeBothWays(int client, const std::function<UniqueFd()>& accept_backend,
+                          uint64_t bytes) {
+  BothWays out;
+  std::thread backend([&] {
+    UniqueFd c = accept_backend();
+    std::future<StreamStats> received =
+        std::async(std::launch::async, [&] { return ReceiveAll(c.get()); });
+    out.backend_sent = SendPattern(c.get(), 2, bytes);
+    out.backend_got = received.get();
+  });
+  std::future<StreamStats> received =
+      std::async(std::launch::async, [&] { return ReceiveAll(client); });
+  out.client_sent = SendPattern(client, 1, bytes);
+  out.client_got = received.get();
+  backend.join();
+  return out;
 }
 
 }  // namespace xdpfwd::test

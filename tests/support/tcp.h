@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "os/unique_fd.h"
@@ -57,5 +58,14 @@ StreamStats SendPattern(int fd, uint64_t seed, uint64_t total);
 StreamStats ReceiveAll(int fd);
 // Reads fd to EOF and writes every byte back, then shuts down the write side.
 StreamStats EchoUntilEof(int fd);
+
+// One connection's two ends each send `bytes` of PatternStream (the client seed 1, the backend
+// seed 2) and read the other's at the same time; `accept_backend` gives the backend's end, on a
+// thread of its own. What each end sent and received.
+struct BothWays {
+  StreamStats client_sent, client_got, backend_sent, backend_got;
+};
+BothWays ExchangeBothWays(int client, const std::function<UniqueFd()>& accept_backend,
+                          uint64_t bytes);
 
 }  // namespace xdpfwd::test
