@@ -162,10 +162,19 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.backend_weight = w.backend_weight;
     rr.more_backends = w.more_backends;
     rr.balance = w.balance;
+    // Each family of the rule's backends with no source of its own in the rule (no
+    // --backend-source of that family): the backend side's netif's address of that family.
     rr.backend_sources = w.sources;
-    if (rr.backend_sources.empty()) {
-      rr.backend_sources = {w.backend.addr.is_v6() ? IpAddress::V6(backend_side.ipv6.addr)
-                                                   : IpAddress(backend_side.addr)};
+    for (const sa_family_t family : {sa_family_t{AF_INET}, sa_family_t{AF_INET6}}) {
+      const auto of_family = [&](const IpEndpoint& e) { return e.addr.family == family; };
+      const bool needed = of_family(w.backend) ||
+                          std::any_of(w.more_backends.begin(), w.more_backends.end(),
+                                      [&](const RelayBackend& b) { return of_family(b.address); });
+      const bool given = std::any_of(w.sources.begin(), w.sources.end(),
+                                     [&](const IpAddress& a) { return a.family == family; });
+      if (!needed || given) continue;
+      rr.backend_sources.push_back(family == AF_INET6 ? IpAddress::V6(backend_side.ipv6.addr)
+                                                      : IpAddress(backend_side.addr));
     }
     rr.client_side = impl_.ifaces[w.client_iface]->steer.get();
     rr.backend_side = backend_side.steer.get();

@@ -26,9 +26,11 @@ struct WorkerRule {
   uint32_t id = 0;
   uint16_t client_iface = 0;
   uint16_t backend_iface = 0;
-  IpEndpoint listen;  // either family, and the backends either (a 4-to-6 or 6-to-4 rule)
+  IpEndpoint listen;  // either family, and the backends either or both (4-to-6, 6-to-4)
   IpEndpoint backend;
-  std::vector<IpAddress> sources;     // local addresses of backend legs (backend's family), in turn
+  // Local addresses of backend legs, in turn: of its backends' families, a leg taking those of
+  // its backend's (FlowLedger::LeaseBackendPort); a family with none takes the netif's address.
+  std::vector<IpAddress> sources;
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
   AcceptProxy accept_proxy;
