@@ -73,10 +73,13 @@ struct LocalAddress {
 
 // The interface `name` as the fast path serves it, answering on `local` (one address per family
 // per interface). While starting, a new interface is added, and an address of a family the
-// interface has none of yet, or a gateway, learned; after that (a reload) the interfaces are
-// fixed, and a rule that would need one changed is refused with why.
+// interface has none of yet, or a gateway, learned. At a reload the interfaces are fixed but for
+// one thing: an interface the workers answer on no IPv6 address on (its netif_config, what they
+// were given) learns its first, and that address's gateway, which the workers then add
+// (WorkerRuleSet::ipv6). A rule that would need anything else changed is refused with why.
 Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name,
-                                        const LocalAddress& local, bool starting) {
+                                        const LocalAddress& local, Placing placing) {
+  const bool starting = placing == Placing::kStart;
   FastPathInterface* found = nullptr;
   for (auto& i : impl.ifaces) {
     if (i->name == name) found = i.get();
@@ -107,8 +110,10 @@ Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string&
   const bool v6 = local.addr.is_v6();
   const IpAddress have = v6 ? IpAddress::V6(i.ipv6.addr) : IpAddress(i.addr);
   const IpAddress have_gateway = v6 ? IpAddress::V6(i.ipv6.gateway) : IpAddress(i.gateway);
+  // As at a start: the workers have no IPv6 address there yet.
+  const bool learning = starting || (v6 && !i.netif_config.ipv6.enabled());
   if (have.is_unspecified()) {
-    if (!starting) {
+    if (!learning) {
       return Error{{},
                    name + ": the running workers answer on no " + (v6 ? "IPv6" : "IPv4") +
                        " address there (a restart adds " + ToString(local.addr) + ")"};
@@ -127,7 +132,7 @@ Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string&
                      ToString(have) + " and " + ToString(local.addr) + " there"};
   }
   if (!local.gateway.is_unspecified() && !(local.gateway == have_gateway)) {
-    if (!starting) {
+    if (!learning) {
       return Error{
           {},
           name + ": the route goes through " + ToString(local.gateway) +
@@ -220,11 +225,12 @@ Result<LocalAddress> BackendSideAddress(const std::string& backend_if, const std
 }  // namespace
 
 // Where one rule's clients arrive and its backend legs leave, found from the kernel's addresses
-// and routes; `starting`: as GetInterface's. The listen address and the backends may be of either
+// and routes; `placing`: as GetInterface's. The listen address and the backends may be of either
 // family, each on its own (rinetd's 4-to-6 and 6-to-4), and a rule's backends of both: they share
 // the backend-side interface, and those of one family its address and gateway of that family
 // (the netif has one address of each family; each leg leaves from its backend's family's).
-Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool starting) {
+Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, Placing placing) {
+  const bool starting = placing == Placing::kStart;
   const FastPathConfig& config = impl.config;
   const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
   const IpEndpoint listen = rule.listen.ip();
@@ -291,12 +297,12 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
     if (!local) return Error{{}, what + ": " + local.error().message()};
     source[v6] = *local;
   }
-  auto client_side = GetInterface(impl, listen_if, client->second, starting);
+  auto client_side = GetInterface(impl, listen_if, client->second, placing);
   if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
   FastPathInterface* backend_side = nullptr;
   for (int v6 = 0; v6 < 2; ++v6) {
     if (!source[v6]) continue;
-    auto side = GetInterface(impl, place.backend_if, *source[v6], starting);
+    auto side = GetInterface(impl, place.backend_if, *source[v6], placing);
     if (!side) return Error{{}, what + ": " + side.error().message()};
     backend_side = *side;
   }
@@ -396,16 +402,34 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     }
     set.rules.push_back(std::move(w));
   }
+  for (const auto& i : ifaces) set.ipv6.push_back(i->ipv6);
   return set;
 }
 
+std::vector<Ipv6Interface> FastPath::Impl::Ipv6Addresses() const {
+  std::vector<Ipv6Interface> out;
+  for (const auto& i : ifaces) out.push_back(i->ipv6);
+  return out;
+}
+
+void FastPath::Impl::RestoreIpv6Addresses(const std::vector<Ipv6Interface>& saved) {
+  for (size_t k = 0; k < saved.size() && k < ifaces.size(); ++k) ifaces[k]->ipv6 = saved[k];
+}
+
 std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.rules_mu);
+  // Placed as SetRules will place them, in order: a rule may give an interface its first IPv6
+  // address, which the next rules then must agree with; forgotten after (SetRules learns it).
+  const std::vector<Ipv6Interface> before = m.Ipv6Addresses();
   std::vector<std::string> why_not;
   std::vector<IpEndpoint> listens;
   const size_t most = std::min<size_t>(LwipListenerCapacity(), STEER_MAX_LISTENERS);
   for (const Rule& rule : rules) {
-    auto place = PlaceRule(*impl_, rule, /*starting=*/false);
+    const std::vector<Ipv6Interface> saved = m.Ipv6Addresses();
+    auto place = PlaceRule(m, rule, Placing::kReload);
     if (!place) {
+      m.RestoreIpv6Addresses(saved);  // what it learned before it failed: SetRules won't
       why_not.push_back(place.error().message());
       continue;
     }
@@ -420,6 +444,7 @@ std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
     if (!known) listens.push_back(listen);
     why_not.emplace_back();
   }
+  m.RestoreIpv6Addresses(before);
   return why_not;
 }
 
@@ -429,10 +454,14 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
   std::lock_guard lock(m.rules_mu);
   if (m.stopped) return Error{{}, "the fast path has stopped"};
   std::vector<RulePlace> places;
+  const std::vector<Ipv6Interface> before = m.Ipv6Addresses();
   for (const Rule& rule : rules) {
     // CheckRules took it; only a change of the kernel's routes since can refuse it here.
-    auto place = PlaceRule(m, rule, /*starting=*/false);
-    if (!place) return place.error();
+    auto place = PlaceRule(m, rule, Placing::kReload);
+    if (!place) {
+      m.RestoreIpv6Addresses(before);
+      return place.error();
+    }
     places.push_back(*place);
   }
   // A new backend's first SYN finds its next hop in the kernel's table.
@@ -448,7 +477,13 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
     if (!has_listen(l.listen)) StopAccepting(l.listen);
   }
   auto generation = m.RuleTable().Write(m.WorkerRules(rules, places, global_access));
-  if (!generation) return generation.error();
+  if (!generation) {
+    m.RestoreIpv6Addresses(before);
+    return generation.error();
+  }
+  // An interface's first IPv6 address is the workers' now (they add it as they take the table),
+  // and a worker restarted from here on starts with it.
+  for (auto& i : m.ifaces) i->netif_config.ipv6 = i->ipv6;
   m.config.rules = rules;
   m.config.global_access = global_access;
 

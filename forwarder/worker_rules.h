@@ -17,6 +17,7 @@
 #include "forwarder/rules.h"
 #include "os/ip_address.h"
 #include "os/result.h"
+#include "stack/next_hop_route.h"
 
 namespace xdpfwd {
 
@@ -44,6 +45,10 @@ struct WorkerRule {
 struct WorkerRuleSet {
   std::vector<WorkerRule> rules;
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  // Each interface's IPv6 address, prefix and gateway as the workers answer on them, in the
+  // control process's interface order: a reload may give an interface its first one, which
+  // each worker then adds to its netif (LwipNetif::AddIpv6) before serving the rules.
+  std::vector<Ipv6Interface> ipv6;
 };
 
 // The table: a generation (odd while the control process writes) and the rules, encoded. One
