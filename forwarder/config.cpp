@@ -703,10 +703,6 @@ std::string DescribeConfig(const Config& config) {
       out << "the datagram relay (kernel sockets), idle timeout " << r.udp_timeout_s << " s";
     } else if (r.listen.is_any()) {
       out << "the kernel path (the fast path needs a concrete listen address)";
-    } else if (std::any_of(r.more_backends.begin(), r.more_backends.end(), [&](const auto& b) {
-                 return b.address.family() != r.backend.family();
-               })) {
-      out << "the kernel path (the fast path takes a rule's backends of one family)";
     } else {
       out << "the fast path (XDP/AF_XDP) with --path auto or xdp, else the kernel path";
     }

@@ -320,7 +320,7 @@ Result<std::unique_ptr<FastPath>> FastPath::Start(const FastPathConfig& config) 
 
   std::vector<RulePlace> places;
   for (const Rule& rule : config.rules) {
-    auto place = PlaceRule(*impl, rule, /*starting=*/true);
+    auto place = PlaceRule(*impl, rule, Placing::kStart);
     if (!place) return place.error();
     impl->PrimeOnce(*place);
     places.push_back(*place);

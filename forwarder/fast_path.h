@@ -218,7 +218,8 @@ class FastPath {
   // A reload (Service::Reload), in two steps. CheckRules: for each of `rules` (TCP rules
   // with a concrete listen address), empty if the running workers can take it, else why not (an
   // interface not attached at start, another gateway or a new source address there, more listen
-  // addresses than a worker's lwIP holds). Changes nothing.
+  // addresses than a worker's lwIP holds; an interface's first IPv6 address they can take).
+  // Changes nothing.
   std::vector<std::string> CheckRules(const std::vector<Rule>& rules);
   // SetRules: serves exactly `rules` (each one CheckRules took) and `global_access` from now on.
   // Listen addresses that go stop being steered first; every worker takes the new rules (a

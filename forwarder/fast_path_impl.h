@@ -157,7 +157,7 @@ struct FastPath::Impl {
   bool accepting = true;  // false once StopAccepting() took every listener away (a drain)
   std::set<std::pair<std::string, IpAddress>> primed;  // next hops resolved so far
   void PrimeOnce(const RulePlace& place);
-  std::mutex rules_mu;  // one SetRules at a time
+  std::mutex rules_mu;  // one SetRules or CheckRules at a time
   std::vector<PortRange> backend_ports;
   uint32_t max_connections_per_worker = 0;
   pid_t control_pid = 0;
@@ -197,7 +197,12 @@ struct FastPath::Impl {
   // The rules every worker serves (forwarder/worker_rules.h).
   uint8_t* RuleMemory() const { return Part(layout().rules); }
   WorkerRuleTable RuleTable() const { return WorkerRuleTable(RuleMemory()); }
-  // `rules` as the workers take them (places: each rule's, same order).
+  // Every interface's IPv6 address (ifaces' order), and the same put back: what a reload's
+  // placing learns is forgotten when the reload does not go through.
+  std::vector<Ipv6Interface> Ipv6Addresses() const;
+  void RestoreIpv6Addresses(const std::vector<Ipv6Interface>& saved);
+  // `rules` as the workers take them (places: each rule's, same order), with every interface's
+  // IPv6 address.
   WorkerRuleSet WorkerRules(const std::vector<Rule>& rules, const std::vector<RulePlace>& places,
                             const std::vector<AccessPattern>& global_access) const;
 
@@ -241,11 +246,15 @@ struct FastPath::Impl {
   void CountFlows(FastPathSnapshot& s) const;
 };
 
+// How PlaceRule may change the interfaces. At start: interfaces are added and learn their
+// addresses, gateways and --backend-source aliases. At a reload (and its check) they are fixed
+// but for an interface's first IPv6 address and its gateway (the workers had none there: they
+// add it); a rule that would change anything else is refused with why (fast_path_rules.cpp).
+enum class Placing { kStart, kReload };
+
 // Where `rule`'s clients arrive and its backend legs leave, from the kernel's addresses and
-// routes. `starting`: interfaces may still be added and learn their gateway and --backend-source
-// aliases; after that (a reload) they are fixed, and a rule that would change one is refused
-// with why (fast_path_rules.cpp).
-Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool starting);
+// routes.
+Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, Placing placing);
 
 // The worker process's life after the fork: ports, lwIP, relay, the busy-poll loop until the
 // control process says stop (or is gone), then a clean teardown. Never returns.

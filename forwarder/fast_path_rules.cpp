@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "forwarder/fast_path_impl.h"
@@ -27,12 +28,25 @@ uint32_t RxQueueCount(const std::string& ifname) {
   return n;
 }
 
-// A rule's [src=ADDR] replaces --backend-source for its backend legs. Of --backend-source, a
-// backend's legs take the addresses of its family (as on the kernel path); none of it: the
-// route's source.
+// Whether one of `rule`'s backends is of `family`.
+bool HasBackendOf(const Rule& rule, sa_family_t family) {
+  for (size_t k = 0; k < rule.backend_count(); ++k) {
+    if (rule.backend_address(k).family() == family) return true;
+  }
+  return false;
+}
+
+// A rule's [src=ADDR] replaces --backend-source for its backend legs (the parser has checked
+// it is of its backends' family). Of --backend-source, the addresses of its backends' families
+// (as on the kernel path, a leg takes those of its backend's: FlowLedger::LeaseBackendPort); a
+// family with none: the route's source (the worker adds the netif's address).
 std::vector<IpAddress> RuleSources(const Rule& rule, const FastPathConfig& config) {
   if (rule.source.family() != AF_UNSPEC) return {rule.source.ip().addr};
-  return OfFamily(config.backend_sources, static_cast<sa_family_t>(rule.backend.family()));
+  std::vector<IpAddress> out;
+  for (const IpAddress& a : config.backend_sources) {
+    if (HasBackendOf(rule, a.family)) out.push_back(a);
+  }
+  return out;
 }
 
 // The backend's next hop, resolved by the kernel now, on the starting thread: the first
@@ -59,10 +73,13 @@ struct LocalAddress {
 
 // The interface `name` as the fast path serves it, answering on `local` (one address per family
 // per interface). While starting, a new interface is added, and an address of a family the
-// interface has none of yet, or a gateway, learned; after that (a reload) the interfaces are
-// fixed, and a rule that would need one changed is refused with why.
+// interface has none of yet, or a gateway, learned. At a reload the interfaces are fixed but for
+// one thing: an interface the workers answer on no IPv6 address on (its netif_config, what they
+// were given) learns its first, and that address's gateway, which the workers then add
+// (WorkerRuleSet::ipv6). A rule that would need anything else changed is refused with why.
 Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string& name,
-                                        const LocalAddress& local, bool starting) {
+                                        const LocalAddress& local, Placing placing) {
+  const bool starting = placing == Placing::kStart;
   FastPathInterface* found = nullptr;
   for (auto& i : impl.ifaces) {
     if (i->name == name) found = i.get();
@@ -93,8 +110,10 @@ Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string&
   const bool v6 = local.addr.is_v6();
   const IpAddress have = v6 ? IpAddress::V6(i.ipv6.addr) : IpAddress(i.addr);
   const IpAddress have_gateway = v6 ? IpAddress::V6(i.ipv6.gateway) : IpAddress(i.gateway);
+  // As at a start: the workers have no IPv6 address there yet.
+  const bool learning = starting || (v6 && !i.netif_config.ipv6.enabled());
   if (have.is_unspecified()) {
-    if (!starting) {
+    if (!learning) {
       return Error{{},
                    name + ": the running workers answer on no " + (v6 ? "IPv6" : "IPv4") +
                        " address there (a restart adds " + ToString(local.addr) + ")"};
@@ -113,7 +132,7 @@ Result<FastPathInterface*> GetInterface(FastPath::Impl& impl, const std::string&
                      ToString(have) + " and " + ToString(local.addr) + " there"};
   }
   if (!local.gateway.is_unspecified() && !(local.gateway == have_gateway)) {
-    if (!starting) {
+    if (!learning) {
       return Error{
           {},
           name + ": the route goes through " + ToString(local.gateway) +
@@ -169,98 +188,134 @@ Result<BackendRoute> RouteTo(const IpAddress& backend) {
   return BackendRoute{r->ifname, r->oif, r->gateway, r->prefsrc, r->next_hop};
 }
 
+// The backend side's address of one family, the one its netif answers on: the route's source,
+// else (IPv6) the interface's first global address, with the prefix that is on-link there; the
+// listen address where the backend side is the client side's interface and the family is the
+// listen address's.
+Result<LocalAddress> BackendSideAddress(const std::string& backend_if, const std::string& listen_if,
+                                        const LocalAddress& client_local, const BackendRoute& route,
+                                        const IpAddress& backend) {
+  const bool v6 = backend.is_v6();
+  LocalAddress source;
+  source.addr = route.prefsrc;
+  source.gateway = route.gateway;
+  if (backend_if == listen_if && client_local.addr.family == backend.family) {
+    source.addr = client_local.addr;
+  }
+  if (v6 && source.addr == client_local.addr) {
+    source.prefix_len = client_local.prefix_len;
+  } else if (v6) {
+    if (source.addr.is_unspecified()) {
+      auto global = InterfaceIpv6Address(static_cast<int>(if_nametoindex(backend_if.c_str())));
+      if (!global) return global.error();
+      source.addr = IpAddress::V6(global->addr);
+    }
+    auto holder = InterfaceWithAddress(source.addr.v6());
+    if (!holder) return Error{{}, "source " + holder.error().message()};
+    source.prefix_len = holder->prefix_len;
+  }
+  if (source.addr.is_unspecified()) {
+    return Error{{},
+                 "the kernel's route to " + ToString(backend) + " via " + backend_if +
+                     " has no source address"};
+  }
+  return source;
+}
+
 }  // namespace
 
 // Where one rule's clients arrive and its backend legs leave, found from the kernel's addresses
-// and routes; `starting`: as GetInterface's. The listen address and the backends may be of either
-// family, each on its own (rinetd's 4-to-6 and 6-to-4); a rule's backends share one family, as
-// they share an interface and a gateway.
-Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool starting) {
+// and routes; `placing`: as GetInterface's. The listen address and the backends may be of either
+// family, each on its own (rinetd's 4-to-6 and 6-to-4), and a rule's backends of both: they share
+// the backend-side interface, and those of one family its address and gateway of that family
+// (the netif has one address of each family; each leg leaves from its backend's family's).
+Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, Placing placing) {
+  const bool starting = placing == Placing::kStart;
   const FastPathConfig& config = impl.config;
   const std::string what = "rule " + ToString(rule.listen) + " -> " + ToString(rule.backend);
   const IpEndpoint listen = rule.listen.ip();
-  const IpEndpoint backend = rule.backend.ip();
   if (rule.listen.is_any()) {
     return Error{{},
                  what + ": the fast path needs a concrete listen address, not " +
                      (listen.addr.is_v6() ? "::" : "0.0.0.0")};
   }
-  const bool backend_v6 = backend.addr.is_v6();
-  if (backend_v6 && IN6_IS_ADDR_V4MAPPED(&backend.addr.v6())) {
-    return Error{{}, what + ": the fast path takes no IPv4-mapped IPv6 backend; write it as IPv4"};
-  }
   auto client = ClientSide(config, listen.addr);
   if (!client) return Error{{}, what + ": " + client.error().message()};
   const std::string& listen_if = client->first;
-  auto route = RouteTo(backend.addr);
-  if (!route) return Error{{}, what + ": no route to the backend: " + route.error().message()};
   RulePlace place;
-  place.backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
-  place.prime = place.backend_if == route->ifname;
-  place.next_hops = {route->next_hop};
-  // Its other backends go out the same way: a rule's backend legs share its backend-side
-  // interface and source addresses (forwarder/relay.h's RelayBackend).
-  for (const RuleBackend& more : rule.more_backends) {
-    if (more.address.is_ipv4() == backend_v6) {
+  // Per family (IPv4, IPv6): the route of the rule's first backend of that family, which the
+  // family's other backends share.
+  std::optional<BackendRoute> first[2];
+  IpAddress first_addr[2];
+  std::string first_name[2];
+  std::string route_if;  // the route's interface toward the rule's first backend
+  for (size_t k = 0; k < rule.backend_count(); ++k) {
+    const SocketAddress& address = rule.backend_address(k);
+    const IpAddress addr = address.ip().addr;
+    const std::string name = k == 0 ? "the backend" : "backend " + ToString(address);
+    if (addr.is_v6() && IN6_IS_ADDR_V4MAPPED(&addr.v6())) {
       return Error{{},
-                   what + ": backend " + ToString(more.address) +
-                       " is not of the first backend's family: the fast path serves a rule's "
-                       "backends from one source address"};
+                   what + ": " + name +
+                       ": the fast path takes no IPv4-mapped IPv6 backend; write it as IPv4"};
     }
-    auto other = RouteTo(more.address.ip().addr);
-    if (!other) {
+    auto route = RouteTo(addr);
+    if (!route) return Error{{}, what + ": no route to " + name + ": " + route.error().message()};
+    if (k == 0) {
+      route_if = route->ifname;
+      place.backend_if = config.backend_iface.empty() ? route->ifname : config.backend_iface;
+      place.prime = place.backend_if == route->ifname;
+    } else if (route->ifname != route_if) {
       return Error{{},
-                   what + ": no route to backend " + ToString(more.address) + ": " +
-                       other.error().message()};
+                   what + ": backend " + ToString(address) + " is reached via " + route->ifname +
+                       ", the rule's first backend via " + route_if +
+                       ": the fast path serves a rule's backends through one interface"};
     }
-    if (other->ifname != route->ifname || !(other->gateway == route->gateway)) {
+    std::optional<BackendRoute>& family_first = first[addr.is_v6() ? 1 : 0];
+    if (!family_first) {
+      family_first = *route;
+      first_addr[addr.is_v6() ? 1 : 0] = addr;
+      first_name[addr.is_v6() ? 1 : 0] = ToString(address);
+    } else if (!(route->gateway == family_first->gateway)) {
       return Error{{},
-                   what + ": backend " + ToString(more.address) + " is reached via " +
-                       other->ifname + ", the rule's first backend via " + route->ifname +
-                       ": the fast path serves a rule's backends through one interface and "
+                   what + ": backend " + ToString(address) + " is reached through " +
+                       (route->gateway.is_unspecified() ? std::string("no gateway")
+                                                        : ToString(route->gateway)) +
+                       ", backend " + first_name[addr.is_v6() ? 1 : 0] + " through " +
+                       (family_first->gateway.is_unspecified() ? std::string("none")
+                                                               : ToString(family_first->gateway)) +
+                       ": the fast path serves a rule's backends of one family through one "
                        "gateway"};
     }
-    place.next_hops.push_back(other->next_hop);
+    place.next_hops.push_back(route->next_hop);
   }
-  LocalAddress source;
-  source.addr = route->prefsrc;
-  source.gateway = route->gateway;
-  if (place.backend_if == listen_if && listen.addr.family == backend.addr.family) {
-    source.addr = listen.addr;
+  // The backend side's address of each family the backends have.
+  std::optional<LocalAddress> source[2];
+  for (int v6 = 0; v6 < 2; ++v6) {
+    if (!first[v6]) continue;
+    auto local =
+        BackendSideAddress(place.backend_if, listen_if, client->second, *first[v6], first_addr[v6]);
+    if (!local) return Error{{}, what + ": " + local.error().message()};
+    source[v6] = *local;
   }
-  if (backend_v6 && source.addr == listen.addr) {
-    source.prefix_len = client->second.prefix_len;
-  } else if (backend_v6) {
-    // The backend side's IPv6 address (the netif's one): the route's source, else the
-    // interface's first global address; its prefix is what is on-link there.
-    if (source.addr.is_unspecified()) {
-      auto global =
-          InterfaceIpv6Address(static_cast<int>(if_nametoindex(place.backend_if.c_str())));
-      if (!global) return Error{{}, what + ": " + global.error().message()};
-      source.addr = IpAddress::V6(global->addr);
-    }
-    auto holder = InterfaceWithAddress(source.addr.v6());
-    if (!holder) return Error{{}, what + ": source " + holder.error().message()};
-    source.prefix_len = holder->prefix_len;
-  }
-  if (source.addr.is_unspecified()) {
-    return Error{{},
-                 what + ": the kernel's route to " + ToString(backend.addr) + " via " +
-                     place.backend_if + " has no source address"};
-  }
-  auto client_side = GetInterface(impl, listen_if, client->second, starting);
+  auto client_side = GetInterface(impl, listen_if, client->second, placing);
   if (!client_side) return Error{{}, what + ": " + client_side.error().message()};
-  auto backend_side = GetInterface(impl, place.backend_if, source, starting);
-  if (!backend_side) return Error{{}, what + ": " + backend_side.error().message()};
+  FastPathInterface* backend_side = nullptr;
+  for (int v6 = 0; v6 < 2; ++v6) {
+    if (!source[v6]) continue;
+    auto side = GetInterface(impl, place.backend_if, *source[v6], placing);
+    if (!side) return Error{{}, what + ": " + side.error().message()};
+    backend_side = *side;
+  }
   // --backend-source (or the rule's [src=ADDR]): each address must be the kernel's on the
   // backend-side interface, so the kernel answers ARP for it; lwIP answers TCP on it.
   const char* source_option = rule.source.family() != AF_UNSPEC ? "[src=]" : "--backend-source";
   for (const IpAddress& extra_address : RuleSources(rule, config)) {
-    if (extra_address.is_v6() != backend_v6) {
+    if (!source[extra_address.is_v6() ? 1 : 0]) {
       return Error{{},
                    what + ": " + source_option + " " + ToString(extra_address) +
-                       " is not of the backend's family"};
+                       " is of no backend's family"};
     }
+    const IpAddress& own = source[extra_address.is_v6() ? 1 : 0]->addr;
     if (extra_address.is_v6()) {
       // An IPv6 [src=]: one more netif with that address, as IPv4's aliases.
       auto holder = InterfaceWithAddress(extra_address.v6());
@@ -271,8 +326,8 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
                          " (the interface toward the backend); add it with: ip -6 addr add " +
                          ToString(extra_address) + "/128 dev " + place.backend_if};
       }
-      auto& aliases6 = (*backend_side)->aliases6;
-      if (extra_address == source.addr ||
+      auto& aliases6 = backend_side->aliases6;
+      if (extra_address == own ||
           std::any_of(aliases6.begin(), aliases6.end(),
                       [&](const in6_addr& a) { return IpAddress::V6(a) == extra_address; })) {
         continue;
@@ -294,10 +349,10 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
                        " (the interface toward the backend); add it with: ip addr " + "add " +
                        ToString(extra) + "/32 dev " + place.backend_if};
     }
-    auto& aliases = (*backend_side)->aliases;
-    if (IpAddress(extra) == source.addr ||
-        std::any_of(aliases.begin(), aliases.end(),
-                    [&](in_addr a) { return a.s_addr == extra.s_addr; })) {
+    auto& aliases = backend_side->aliases;
+    if (IpAddress(extra) == own || std::any_of(aliases.begin(), aliases.end(), [&](in_addr a) {
+          return a.s_addr == extra.s_addr;
+        })) {
       continue;
     }
     if (!starting) {
@@ -309,7 +364,7 @@ Result<RulePlace> PlaceRule(FastPath::Impl& impl, const Rule& rule, bool startin
   }
   for (size_t k = 0; k < impl.ifaces.size(); ++k) {
     if (impl.ifaces[k].get() == *client_side) place.client = k;
-    if (impl.ifaces[k].get() == *backend_side) place.backend = k;
+    if (impl.ifaces[k].get() == backend_side) place.backend = k;
   }
   return place;
 }
@@ -347,16 +402,34 @@ WorkerRuleSet FastPath::Impl::WorkerRules(const std::vector<Rule>& rules,
     }
     set.rules.push_back(std::move(w));
   }
+  for (const auto& i : ifaces) set.ipv6.push_back(i->ipv6);
   return set;
 }
 
+std::vector<Ipv6Interface> FastPath::Impl::Ipv6Addresses() const {
+  std::vector<Ipv6Interface> out;
+  for (const auto& i : ifaces) out.push_back(i->ipv6);
+  return out;
+}
+
+void FastPath::Impl::RestoreIpv6Addresses(const std::vector<Ipv6Interface>& saved) {
+  for (size_t k = 0; k < saved.size() && k < ifaces.size(); ++k) ifaces[k]->ipv6 = saved[k];
+}
+
 std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.rules_mu);
+  // Placed as SetRules will place them, in order: a rule may give an interface its first IPv6
+  // address, which the next rules then must agree with; forgotten after (SetRules learns it).
+  const std::vector<Ipv6Interface> before = m.Ipv6Addresses();
   std::vector<std::string> why_not;
   std::vector<IpEndpoint> listens;
   const size_t most = std::min<size_t>(LwipListenerCapacity(), STEER_MAX_LISTENERS);
   for (const Rule& rule : rules) {
-    auto place = PlaceRule(*impl_, rule, /*starting=*/false);
+    const std::vector<Ipv6Interface> saved = m.Ipv6Addresses();
+    auto place = PlaceRule(m, rule, Placing::kReload);
     if (!place) {
+      m.RestoreIpv6Addresses(saved);  // what it learned before it failed: SetRules won't
       why_not.push_back(place.error().message());
       continue;
     }
@@ -371,6 +444,7 @@ std::vector<std::string> FastPath::CheckRules(const std::vector<Rule>& rules) {
     if (!known) listens.push_back(listen);
     why_not.emplace_back();
   }
+  m.RestoreIpv6Addresses(before);
   return why_not;
 }
 
@@ -380,10 +454,14 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
   std::lock_guard lock(m.rules_mu);
   if (m.stopped) return Error{{}, "the fast path has stopped"};
   std::vector<RulePlace> places;
+  const std::vector<Ipv6Interface> before = m.Ipv6Addresses();
   for (const Rule& rule : rules) {
     // CheckRules took it; only a change of the kernel's routes since can refuse it here.
-    auto place = PlaceRule(m, rule, /*starting=*/false);
-    if (!place) return place.error();
+    auto place = PlaceRule(m, rule, Placing::kReload);
+    if (!place) {
+      m.RestoreIpv6Addresses(before);
+      return place.error();
+    }
     places.push_back(*place);
   }
   // A new backend's first SYN finds its next hop in the kernel's table.
@@ -399,7 +477,13 @@ Result<void> FastPath::SetRules(const std::vector<Rule>& rules,
     if (!has_listen(l.listen)) StopAccepting(l.listen);
   }
   auto generation = m.RuleTable().Write(m.WorkerRules(rules, places, global_access));
-  if (!generation) return generation.error();
+  if (!generation) {
+    m.RestoreIpv6Addresses(before);
+    return generation.error();
+  }
+  // An interface's first IPv6 address is the workers' now (they add it as they take the table),
+  // and a worker restarted from here on starts with it.
+  for (auto& i : m.ifaces) i->netif_config.ipv6 = i->ipv6;
   m.config.rules = rules;
   m.config.global_access = global_access;
 

@@ -62,6 +62,10 @@ class WorkerProcess {
   std::vector<RelayRule> RelayRules(const std::vector<WorkerRule>& rules) const;
   // A reload: the table's generation moved since the relay took it.
   void TakeRules();
+  // The table's IPv6 addresses: an interface's first one (a reload's) goes onto its netif, and
+  // into this process's copy of the interface (RelayRules' and PortsToward's), before any rule
+  // that answers on it is served. Never replaces an address.
+  void TakeIpv6Addresses(const std::vector<Ipv6Interface>& ipv6);
 
   FastPath::Impl& impl_;
   const uint32_t index_;
@@ -162,10 +166,19 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
     rr.backend_weight = w.backend_weight;
     rr.more_backends = w.more_backends;
     rr.balance = w.balance;
+    // Each family of the rule's backends with no source of its own in the rule (no
+    // --backend-source of that family): the backend side's netif's address of that family.
     rr.backend_sources = w.sources;
-    if (rr.backend_sources.empty()) {
-      rr.backend_sources = {w.backend.addr.is_v6() ? IpAddress::V6(backend_side.ipv6.addr)
-                                                   : IpAddress(backend_side.addr)};
+    for (const sa_family_t family : {sa_family_t{AF_INET}, sa_family_t{AF_INET6}}) {
+      const auto of_family = [&](const IpEndpoint& e) { return e.addr.family == family; };
+      const bool needed = of_family(w.backend) ||
+                          std::any_of(w.more_backends.begin(), w.more_backends.end(),
+                                      [&](const RelayBackend& b) { return of_family(b.address); });
+      const bool given = std::any_of(w.sources.begin(), w.sources.end(),
+                                     [&](const IpAddress& a) { return a.family == family; });
+      if (!needed || given) continue;
+      rr.backend_sources.push_back(family == AF_INET6 ? IpAddress::V6(backend_side.ipv6.addr)
+                                                      : IpAddress(backend_side.addr));
     }
     rr.client_side = impl_.ifaces[w.client_iface]->steer.get();
     rr.backend_side = backend_side.steer.get();
@@ -174,9 +187,18 @@ std::vector<RelayRule> WorkerProcess::RelayRules(const std::vector<WorkerRule>& 
   return out;
 }
 
+void WorkerProcess::TakeIpv6Addresses(const std::vector<Ipv6Interface>& ipv6) {
+  for (size_t k = 0; k < ipv6.size() && k < netifs_.size() && k < impl_.ifaces.size(); ++k) {
+    FastPathInterface& i = *impl_.ifaces[k];
+    if (i.ipv6.enabled() || !ipv6[k].enabled()) continue;
+    if (netifs_[k]->AddIpv6(ipv6[k])) i.ipv6 = ipv6[k];
+  }
+}
+
 void WorkerProcess::TakeRules() {
   auto copy = rule_table_.Read();
   if (!copy) return;  // being written: the next iteration reads it
+  TakeIpv6Addresses(copy->set.ipv6);
   auto r = relay_->SetRules(RelayRules(copy->set.rules), copy->set.global_access);
   if (!r) Log("worker " + std::to_string(index_) + ": reload: " + r.error().message());
   slot_.rules_refused = r ? 0 : 1;
@@ -230,6 +252,7 @@ Result<void> WorkerProcess::Setup() {
   std::optional<WorkerRuleTable::Copy> rules;
   for (int tries = 0; tries < 1000 && !(rules = rule_table_.Read()); ++tries) usleep(1000);
   if (!rules) return Error{{}, "the rule table in shared memory cannot be read"};
+  TakeIpv6Addresses(rules->set.ipv6);  // a worker restarted after a reload that added one
   RelayConfig rc;
   rc.rules = RelayRules(rules->set.rules);
   if (recorder_.attached()) rc.recorder = &recorder_;

@@ -57,9 +57,23 @@ BackendPorts& FlowLedger::PortsFor(const IpAddress& source, const IpEndpoint& ba
 
 bool FlowLedger::LeaseBackendPort(FlowBooking& b) {
   const FlowRoute& route = *b.route;
-  const size_t sources = route.backend_sources.size();
+  // The sources of the backend's family, in this family's turn: a few addresses at most, so a
+  // scan per lease costs less than keeping a list per family in every route.
+  const sa_family_t family = b.backend.addr.family;
+  size_t& turn = route.next_source[family == AF_INET6 ? 1 : 0];
+  const size_t all = route.backend_sources.size();
+  size_t sources = 0;
+  for (const IpAddress& s : route.backend_sources) sources += s.family == family ? 1 : 0;
   for (size_t tried = 0; tried < sources; ++tried) {
-    const IpAddress& source = route.backend_sources[route.next_source++ % sources];
+    // The (turn % sources)-th address of the family.
+    size_t nth = turn++ % sources;
+    size_t at = 0;
+    for (; at < all; ++at) {
+      if (route.backend_sources[at].family != family) continue;
+      if (nth == 0) break;
+      --nth;
+    }
+    const IpAddress& source = route.backend_sources[at];
     BackendPorts& ports = PortsFor(source, b.backend);
     if (const auto lease = ports.Acquire()) {
       b.ports = &ports;

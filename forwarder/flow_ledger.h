@@ -24,13 +24,16 @@ struct FlowRoute {
   uint32_t id = 0;
   IpEndpoint backend;
   // Local addresses of backend legs, used in turn (each adds a port space toward the backend):
-  // the backend-side netif's address, then any --backend-source aliases lwIP answers on. Of the
-  // backend's family.
+  // the backend-side netif's address, then any --backend-source aliases lwIP answers on. Of
+  // each family the route's backends have: a leg takes those of its backend's family (a rule
+  // may have backends of both).
   std::vector<IpAddress> backend_sources;
-  // The ledger's turn over backend_sources, this route's own: one turn shared by every route
-  // gave a rule whose connections alternate with another rule's the same source each time (a
-  // 6 -> 6 rule beside a 4 -> 4 one: every IPv6 leg from the first IPv6 source).
-  mutable size_t next_source = 0;
+  // The ledger's turns over backend_sources, this route's own and one per family (IPv4, IPv6):
+  // one turn shared by every route gave a rule whose connections alternate with another rule's
+  // the same source each time (a 6 -> 6 rule beside a 4 -> 4 one: every IPv6 leg from the first
+  // IPv6 source), and one turn shared by the families would do the same to a rule whose
+  // connections alternate between an IPv4 and an IPv6 backend.
+  mutable size_t next_source[2] = {0, 0};
   FlowTable* client_side = nullptr;   // holds the clients' flows (the program inserts them)
   FlowTable* backend_side = nullptr;  // the ledger enters the backend legs' flows here
 };
@@ -87,8 +90,9 @@ class FlowLedger {
   // A client refused at accept (reset): its entry goes after the linger.
   void Refuse(const FlowRoute& route, const FlowTuple& client_flow, uint64_t now_ms);
 
-  // Leases a local source and port toward the route's backend, sources in turn, skipping a
-  // source whose ports toward this backend are all held; fills backend_flow. False: none left.
+  // Leases a local source of the backend's family and a port toward the backend, sources in
+  // turn, skipping a source whose ports toward this backend are all held; fills backend_flow.
+  // False: none left (or the route has no source of the backend's family).
   bool LeaseBackendPort(FlowBooking& booking);
   // Enters the leased leg's flow, which must happen before its SYN leaves (or the SYN-ACK
   // reaches the kernel, which resets it). On failure the port goes back at once.

@@ -31,7 +31,8 @@ struct pbuf;
 namespace xdpfwd {
 
 // One more backend of a rule (its `backend` lines), reached like the rule's own backend: through
-// the rule's backend-side interface, from its backend sources.
+// the rule's backend-side interface, from its backend sources of its own family (a rule's
+// backends may be of both families).
 struct RelayBackend {
   IpEndpoint address;
   uint32_t weight = 1;

@@ -110,15 +110,10 @@ bool SameAccess(const std::vector<AccessPattern>& a, const std::vector<AccessPat
 }
 
 // Why the fast path cannot take a TCP rule whatever the kernel says of its addresses and routes
-// (PlaceRule), or "" if it can: a concrete listen address of either family, and backends of one
-// family (a rule's backend legs share one source address).
+// (PlaceRule), or "" if it can: a concrete listen address of either family (its backends may be
+// of either family, or both).
 std::string WhyNotFast(const Rule& r) {
-  const int family = r.backend.family();
   if (r.listen.is_any()) return "the fast path needs a concrete listen address";
-  if (!std::all_of(r.more_backends.begin(), r.more_backends.end(),
-                   [&](const RuleBackend& b) { return b.address.family() == family; })) {
-    return "the fast path takes a rule's backends of one family";
-  }
   return "";
 }
 
@@ -209,8 +204,7 @@ Result<std::unique_ptr<Service>> Service::Start(const Options& o, Config config)
     if (o.path == PathChoice::kXdp && fast_rules.size() != stream_rules.size()) {
       return Error{{},
                    "--path xdp: the fast path takes TCP rules with a concrete listen address "
-                   "and backends of one family only; use --path auto or kernel for the "
-                   "others"};
+                   "only; use --path auto or kernel for the others"};
     }
     auto f = fast_rules.empty() ? Result<std::unique_ptr<FastPath>>(
                                       Error{{}, "no TCP rule with a concrete listen address"})
@@ -392,8 +386,7 @@ Result<ReloadSummary> Service::Reload(Config next) {
   if (options_.path == PathChoice::kXdp && fast_next.size() != stream_rules.size()) {
     std::string why = !fast_refused.empty() ? fast_refused.front()
                       : fast_ ? "the fast path takes TCP rules with a concrete listen address "
-                                "and backends of one family only; use --path auto or kernel "
-                                "for the others"
+                                "only; use --path auto or kernel for the others"
                               : "the fast path did not start (no TCP rule it could serve): a "
                                 "restart starts it";
     return Error{{}, "--path xdp: " + why};

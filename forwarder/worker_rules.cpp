@@ -131,6 +131,12 @@ bool WorkerRuleTable::Encode(const WorkerRuleSet& set, uint8_t* out, size_t room
       w.Put(static_cast<uint8_t>(b.backup ? 1 : 0));
     }
   }
+  w.Put(static_cast<uint32_t>(set.ipv6.size()));
+  for (const Ipv6Interface& i : set.ipv6) {
+    w.Bytes(&i.addr, sizeof(i.addr));
+    w.Put(i.prefix_len);
+    w.Bytes(&i.gateway, sizeof(i.gateway));
+  }
   used = w.used();
   return !w.full();
 }
@@ -186,6 +192,16 @@ std::optional<WorkerRuleSet> WorkerRuleTable::Decode(const uint8_t* in, size_t b
       w.more_backends.push_back(b);
     }
     set.rules.push_back(std::move(w));
+  }
+  uint32_t interfaces = 0;
+  if (!r.Count(interfaces, 2 * sizeof(in6_addr) + 1)) return std::nullopt;
+  for (uint32_t k = 0; k < interfaces; ++k) {
+    Ipv6Interface i;
+    if (!r.Bytes(&i.addr, sizeof(i.addr)) || !r.Get(i.prefix_len) || i.prefix_len > 128 ||
+        !r.Bytes(&i.gateway, sizeof(i.gateway))) {
+      return std::nullopt;
+    }
+    set.ipv6.push_back(i);
   }
   if (!r.done()) return std::nullopt;
   return set;

@@ -17,6 +17,7 @@
 #include "forwarder/rules.h"
 #include "os/ip_address.h"
 #include "os/result.h"
+#include "stack/next_hop_route.h"
 
 namespace xdpfwd {
 
@@ -26,9 +27,11 @@ struct WorkerRule {
   uint32_t id = 0;
   uint16_t client_iface = 0;
   uint16_t backend_iface = 0;
-  IpEndpoint listen;  // either family, and the backends either (a 4-to-6 or 6-to-4 rule)
+  IpEndpoint listen;  // either family, and the backends either or both (4-to-6, 6-to-4)
   IpEndpoint backend;
-  std::vector<IpAddress> sources;     // local addresses of backend legs (backend's family), in turn
+  // Local addresses of backend legs, in turn: of its backends' families, a leg taking those of
+  // its backend's (FlowLedger::LeaseBackendPort); a family with none takes the netif's address.
+  std::vector<IpAddress> sources;
   std::vector<AccessPattern> access;  // the rule's own allow/deny lines
   ProxyVersion proxy = ProxyVersion::kNone;
   AcceptProxy accept_proxy;
@@ -42,6 +45,10 @@ struct WorkerRule {
 struct WorkerRuleSet {
   std::vector<WorkerRule> rules;
   std::vector<AccessPattern> global_access;  // allow/deny lines before the first rule
+  // Each interface's IPv6 address, prefix and gateway as the workers answer on them, in the
+  // control process's interface order: a reload may give an interface its first one, which
+  // each worker then adds to its netif (LwipNetif::AddIpv6) before serving the rules.
+  std::vector<Ipv6Interface> ipv6;
 };
 
 // The table: a generation (odd while the control process writes) and the rules, encoded. One

@@ -70,6 +70,15 @@ void WriteTcpPseudoHeaderSum(uint8_t* ip, bool ipv6, uint32_t ip_len) {
   ip[kIpv6Header + kTcpChecksumAt + 1] = static_cast<uint8_t>(sum);
 }
 
+// Static and usable at once: the kernel did duplicate address detection when the address was
+// configured (lwIP's own is off, as the rest of its neighbour discovery).
+void SetIpv6Address(struct netif* nif, const in6_addr& addr) {
+  ip6_addr_t a6;
+  std::memcpy(a6.addr, &addr, sizeof(a6.addr));
+  netif_ip6_addr_set(nif, 0, &a6);
+  netif_ip6_addr_set_state(nif, 0, IP6_ADDR_PREFERRED);
+}
+
 }  // namespace
 
 struct LwipNetif::RxPbuf {
@@ -228,14 +237,7 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
   if (!add(self->netif_.get(), config.addr)) {
     return Error{{}, port.ifname() + ": lwIP refused the interface"};
   }
-  if (config.ipv6.enabled()) {
-    // Static and usable at once: the kernel did duplicate address detection when the address
-    // was configured (lwIP's own is off, as the rest of its neighbour discovery).
-    ip6_addr_t a6;
-    std::memcpy(a6.addr, &config.ipv6.addr, sizeof(a6.addr));
-    netif_ip6_addr_set(self->netif_.get(), 0, &a6);
-    netif_ip6_addr_set_state(self->netif_.get(), 0, IP6_ADDR_PREFERRED);
-  }
+  if (config.ipv6.enabled()) SetIpv6Address(self->netif_.get(), config.ipv6.addr);
   for (in_addr a : config.aliases) {
     self->aliases_.push_back(std::make_unique<struct netif>());
     if (!add(self->aliases_.back().get(), a)) {
@@ -250,12 +252,16 @@ Result<std::unique_ptr<LwipNetif>> LwipNetif::Create(const std::vector<XskPort*>
       self->aliases_.pop_back();
       return Error{{}, port.ifname() + ": lwIP refused the address " + ToString(IpAddress::V6(a))};
     }
-    ip6_addr_t a6;
-    std::memcpy(a6.addr, &a, sizeof(a6.addr));
-    netif_ip6_addr_set(nif, 0, &a6);
-    netif_ip6_addr_set_state(nif, 0, IP6_ADDR_PREFERRED);
+    SetIpv6Address(nif, a);
   }
   return self;
+}
+
+bool LwipNetif::AddIpv6(const Ipv6Interface& ipv6) {
+  if (!ipv6.enabled() || !ip6_addr_isany(netif_ip6_addr(netif_.get(), 0))) return false;
+  SetIpv6Address(netif_.get(), ipv6.addr);
+  route_.SetIpv6(ipv6);
+  return true;
 }
 
 void LwipNetif::NoteRefused(const pbuf* p) {

@@ -136,6 +136,10 @@ class LwipNetif {
   static constexpr size_t max_refused_flows() { return kMaxRefusedFlows; }
   uint32_t rx_pbufs_in_use() const { return rx_pbufs_in_use_; }
   const NextHopCache& next_hops() const { return route_.next_hops(); }
+  // Gives a netif that has no IPv6 address its first (a reload's rules need it), with the
+  // prefix that is on-link and the gateway of what is not; false, and nothing changed, if it has
+  // one already: an address open connections use is never replaced.
+  bool AddIpv6(const Ipv6Interface& ipv6);
 
  private:
   struct RxPbuf;

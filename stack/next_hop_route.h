@@ -56,6 +56,8 @@ class NextHopRoute {
   void LearnFromSyn(const uint8_t* frame, size_t len, uint64_t now_ms);
 
   const NextHopCache& next_hops() const { return next_hops_; }
+  // The interface's first IPv6 address, given after the start (LwipNetif::AddIpv6).
+  void SetIpv6(const Ipv6Interface& ipv6) { ipv6_ = ipv6; }
 
  private:
   in_addr addr_, netmask_, gateway_;

@@ -5,11 +5,10 @@
 // suite pays one start-up and one final wait per path; on the fast path the steps run during a
 // flood of spoofed IPv6 SYNs that must all be reaped, and a 1% loss transfer follows. What each
 // step leaves to the IPv4 suite is said at the step. Every backend leg leaves from an IPv6
-// --backend-source. And reload with IPv6 rules.
+// --backend-source. Reloads with IPv6 rules: relay_ipv6_reload_test.cpp.
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <fstream>
 #include <future>
 #include <mutex>
 
@@ -509,71 +508,6 @@ TEST_P(RelayIpv6FamiliesTest, RelaySemanticsStepByStep) {
               std::string::npos)
         << what;
   }
-}
-
-// Reload (the control socket's `reload`, as SIGHUP) with IPv6 rules, on the fast path: the
-// running workers take an added 6 -> 6, 4 -> 6 and 6 -> 4 rule and serve each at once, and a
-// removed IPv6 rule's listener entry goes (its port is the kernel's again: refused). The
-// forwarder starts with an IPv4 and an IPv6 rule, so each interface has its address of each
-// family: a reload cannot add one (GetInterface says so).
-TEST(RelayIpv6ReloadTest, Ipv6RulesAddedAndRemovedOnTheRunningFastPath) {
-  if (geteuid() != 0) GTEST_SKIP() << "namespace tests need root";
-  constexpr uint16_t kEcho = 9100, k44 = 9000, k66 = 9001, kAdded66 = 9002, kAdded46 = 9003,
-                     kAdded64 = 9004;
-  Topology topo;
-  const Ipv6Addresses v6 = AddIpv6(topo);
-  const std::string gw4 = ToString(topo.client_gw()), server4 = ToString(topo.server_addr());
-  EchoServer echo4(TcpListen(topo.server_ns(), topo.server_addr(), kEcho));
-  EchoServer echo6(TcpListen6(topo.server_ns(), v6.server.ns, kEcho));
-  auto rule = [&](bool client_v6, uint16_t port, bool backend_v6) {
-    return (client_v6 ? v6.client.root : gw4) + " " + std::to_string(port) + " " +
-           (backend_v6 ? v6.server.ns : server4) + " " + std::to_string(kEcho) + "\n";
-  };
-  auto echoes = [&](bool client_v6, uint16_t port) {
-    UniqueFd c = TcpConnectTo(topo.client_ns(), client_v6 ? v6.client.root : gw4, port);
-    const StreamStats sent = SendPattern(c.get(), port, 100000);
-    const StreamStats got = ReceiveAll(c.get());
-    return got.bytes == sent.bytes && got.hash == sent.hash;
-  };
-  const RulesFile file(rule(false, k44, false) + rule(true, k66, true));
-  auto rewrite = [&](const std::string& text) {
-    std::ofstream f(file.path(), std::ios::trunc);
-    f << text;
-  };
-  auto fwd = ForwarderProcess::WithConfig("xdp", file.path());
-  EXPECT_TRUE(echoes(false, k44));
-  EXPECT_TRUE(echoes(true, k66));
-
-  rewrite(rule(false, k44, false) + rule(true, k66, true) + rule(true, kAdded66, true) +
-          rule(false, kAdded46, true) + rule(true, kAdded64, false));
-  std::string answer = fwd->Control("reload");
-  EXPECT_NE(answer.find("kept 2, changed 0, added 3"), std::string::npos) << answer;
-  EXPECT_TRUE(echoes(true, kAdded66)) << "6 -> 6 added by a reload";
-  EXPECT_TRUE(echoes(false, kAdded46)) << "4 -> 6 added by a reload";
-  EXPECT_TRUE(echoes(true, kAdded64)) << "6 -> 4 added by a reload";
-  EXPECT_TRUE(echoes(true, k66)) << "the IPv6 rule kept";
-
-  // The IPv6 rules go but the 4 -> 6 one: their ports are the kernel's, which has no listener.
-  rewrite(rule(false, k44, false) + rule(false, kAdded46, true));
-  answer = fwd->Control("reload");
-  EXPECT_NE(answer.find("removed 3"), std::string::npos) << answer;
-  for (const uint16_t gone : {k66, kAdded66, kAdded64}) {
-    try {
-      TcpConnectTo(topo.client_ns(), v6.client.root, gone);
-      ADD_FAILURE() << "port " << gone << " still served after its rule was removed";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(strerror(ECONNREFUSED)), std::string::npos) << e.what();
-    }
-  }
-  EXPECT_TRUE(echoes(false, kAdded46)) << "4 -> 6 kept";
-  EXPECT_TRUE(echoes(false, k44));
-
-  const auto stats = fwd->WaitForStats([&](const auto& s) { return fwd->Relay(s, "active") == 0; });
-  EXPECT_EQ(fwd->Relay(stats, "accepted"), 8u);
-  EXPECT_EQ(fwd->Relay(stats, "completed"), 8u);
-  EXPECT_EQ(ForwarderProcess::Get(stats, "steer.redirect_new_flow"), 8u);
-  EXPECT_EQ(ForwarderProcess::Get(stats, "steer.pass_unknown_flow"), 0u);
-  EXPECT_EQ(fwd->Stop(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, RelayIpv6FamiliesTest, ::testing::Values("xdp", "kernel"),

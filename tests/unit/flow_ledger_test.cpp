@@ -166,6 +166,41 @@ TEST_F(FlowLedgerTest, EachRouteTakesItsSourcesInItsOwnTurn) {
                                           Ip("10.1.0.2")}));
 }
 
+// A rule's backends of both families: each leg takes the route's sources of its backend's
+// family, in that family's own turn, whatever the order of the list and of the connections.
+// Without the family (one turn over every source) an IPv6 leg took an IPv4 source.
+TEST_F(FlowLedgerTest, ALegTakesTheSourcesOfItsBackendsFamilyInTheirOwnTurn) {
+  FlowLedger ledger(Config());
+  in6_addr s6a{}, s6b{}, backend6{};
+  inet_pton(AF_INET6, "fd00:1::1", &s6a);
+  inet_pton(AF_INET6, "fd00:1::2", &s6b);
+  inet_pton(AF_INET6, "fd00:2::9", &backend6);
+  const FlowRoute route = Route(
+      1, "10.2.0.9", 9000,
+      {Ip("10.1.0.1"), Ip("10.1.0.2"), IpAddress::V6(s6a), IpAddress::V6(s6b), Ip("10.1.0.3")});
+  std::vector<IpAddress> seen4, seen6;
+  for (uint16_t i = 0; i < 6; ++i) {
+    FlowBooking a = ledger.Accept(route, Client(static_cast<uint16_t>(100 + i)));
+    FlowBooking b = ledger.Accept(route, Client(static_cast<uint16_t>(200 + i)));
+    b.backend = IpEndpoint{IpAddress::V6(backend6), 9000};
+    ASSERT_TRUE(ledger.LeaseBackendPort(a));
+    ASSERT_TRUE(ledger.LeaseBackendPort(b));
+    seen4.push_back(a.backend_flow.daddr);
+    seen6.push_back(b.backend_flow.daddr);
+    EXPECT_EQ(b.backend_flow.saddr, IpAddress::V6(backend6));
+  }
+  EXPECT_EQ(seen4, (std::vector<IpAddress>{Ip("10.1.0.1"), Ip("10.1.0.2"), Ip("10.1.0.3"),
+                                           Ip("10.1.0.1"), Ip("10.1.0.2"), Ip("10.1.0.3")}));
+  EXPECT_EQ(seen6,
+            (std::vector<IpAddress>{IpAddress::V6(s6a), IpAddress::V6(s6b), IpAddress::V6(s6a),
+                                    IpAddress::V6(s6b), IpAddress::V6(s6a), IpAddress::V6(s6b)}));
+  // A backend of a family the route has no source of gets no port.
+  const FlowRoute only4 = Route(2, "10.2.0.9", 9000, {Ip("10.1.0.1")});
+  FlowBooking c = ledger.Accept(only4, Client(300));
+  c.backend = IpEndpoint{IpAddress::V6(backend6), 9000};
+  EXPECT_FALSE(ledger.LeaseBackendPort(c));
+}
+
 TEST_F(FlowLedgerTest, EntriesLingerThenGo) {
   FlowLedger ledger(Config());
   const FlowRoute route = Route(1, "10.2.0.9", 9000);

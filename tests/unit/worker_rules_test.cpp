@@ -55,6 +55,12 @@ WorkerRuleSet Sample() {
   c.sources = {Addr6("2001:db8::1")};
   c.more_backends = {RelayBackend{{Addr("10.0.0.4"), 9001}, 1, false}};
   set.rules = {a, b, c};
+  // Two interfaces: one with no IPv6 address, one with an address, prefix and gateway.
+  Ipv6Interface with;
+  with.addr = Addr6("2001:db8::1").v6();
+  with.prefix_len = 64;
+  with.gateway = Addr6("fe80::1").v6();
+  set.ipv6 = {Ipv6Interface{}, with};
   return set;
 }
 
@@ -70,6 +76,12 @@ void ExpectSame(const WorkerRuleSet& got, const WorkerRuleSet& want) {
     }
   };
   same_patterns(got.global_access, want.global_access);
+  ASSERT_EQ(got.ipv6.size(), want.ipv6.size());
+  for (size_t k = 0; k < want.ipv6.size(); ++k) {
+    EXPECT_EQ(IpAddress::V6(got.ipv6[k].addr), IpAddress::V6(want.ipv6[k].addr));
+    EXPECT_EQ(got.ipv6[k].prefix_len, want.ipv6[k].prefix_len);
+    EXPECT_EQ(IpAddress::V6(got.ipv6[k].gateway), IpAddress::V6(want.ipv6[k].gateway));
+  }
   for (size_t i = 0; i < want.rules.size(); ++i) {
     const WorkerRule &g = got.rules[i], &w = want.rules[i];
     EXPECT_EQ(g.id, w.id);
