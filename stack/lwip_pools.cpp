@@ -13,6 +13,7 @@
 extern "C" {
 #include "lwip/memp.h"
 #include "lwip/priv/memp_priv.h"
+#include "lwip/tcp.h"
 }
 
 namespace xdpfwd {
@@ -40,7 +41,10 @@ LwipPoolTail UnusedPoolTail(memp_t pool, size_t prelocked) {
 
 LwipPoolTail UnusedPcbPoolTail() { return UnusedPoolTail(MEMP_TCP_PCB, XDPFWD_TCP_PCB_PRELOCKED); }
 
-LwipPoolTail UnusedBbrPoolTail() { return UnusedPoolTail(MEMP_TCP_BBR, 0); }
+LwipPoolTail UnusedBbrPoolTail() {
+  // A BBR worker's pcbs each take an element: as many are locked at start as pcbs are.
+  return UnusedPoolTail(MEMP_TCP_BBR, xdpfwd_tcp_cc == TCP_CC_BBR ? XDPFWD_TCP_PCB_PRELOCKED : 0);
+}
 
 Result<void> LockWorkerMemory(int* lock_error) {
   *lock_error = 0;

@@ -18,8 +18,10 @@ struct LwipPoolTail {
   size_t bytes = 0;
 };
 LwipPoolTail UnusedPcbPoolTail();
-// The same for the pool of BBR's state (stack/lwip/lwippools.h), one element per pcb, of which
-// none is locked at start: only BBR connections take one (and the default is CUBIC).
+// The same for the pool of BBR's state (stack/lwip/lwippools.h), one element per pcb: only a
+// pcb that runs BBR takes one, so as many elements as pcbs are locked at start when new pcbs
+// run BBR (xdpfwd_tcp_cc, set before the worker locks its memory: --tune congestion-control,
+// bbr by default), none when they run CUBIC.
 LwipPoolTail UnusedBbrPoolTail();
 
 // Locks all of the calling process's memory (os/memory_lock.h: LockAllMemory) but the pcb pool's
