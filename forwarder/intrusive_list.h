@@ -5,14 +5,26 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace xdpfwd {
 
 template <typename T, typename Tag>
+class IntrusiveList;
+
+// Two words: the next element, and the previous one's address with bit 0 set while the element
+// is on a list (a separate bool made it three words with the padding: 8 bytes of each of the
+// relay's six hooks per connection, issue #32's memory per idle connection).
+template <typename T, typename Tag>
 struct ListHook {
-  T* prev = nullptr;
   T* next = nullptr;
-  bool linked = false;
+
+ private:
+  friend class IntrusiveList<T, Tag>;
+  bool linked() const { return (prev_and_linked & 1) != 0; }
+  T* prev() const { return reinterpret_cast<T*>(prev_and_linked & ~uintptr_t{1}); }
+  void set_prev(T* p) { prev_and_linked = reinterpret_cast<uintptr_t>(p) | 1; }
+  uintptr_t prev_and_linked = 0;
 };
 
 // The list never owns its elements; an element must be removed before it is destroyed.
@@ -26,14 +38,13 @@ class IntrusiveList {
   bool empty() const { return head_ == nullptr; }
   size_t size() const { return size_; }
   T* front() const { return head_; }
-  static bool Contains(const T& item) { return HookOf(item).linked; }
+  static bool Contains(const T& item) { return HookOf(item).linked(); }
   static T* Next(T& item) { return HookOf(item).next; }
 
   void PushBack(T& item) {
     ListHook<T, Tag>& h = HookOf(item);
-    h.prev = tail_;
+    h.set_prev(tail_);
     h.next = nullptr;
-    h.linked = true;
     if (tail_ != nullptr) {
       HookOf(*tail_).next = &item;
     } else {
@@ -49,13 +60,12 @@ class IntrusiveList {
   template <typename Before>
   void InsertOrdered(T& item, Before before) {
     T* after = tail_;
-    while (after != nullptr && before(item, *after)) after = HookOf(*after).prev;
+    while (after != nullptr && before(item, *after)) after = HookOf(*after).prev();
     ListHook<T, Tag>& h = HookOf(item);
-    h.prev = after;
+    h.set_prev(after);
     h.next = after != nullptr ? HookOf(*after).next : head_;
-    h.linked = true;
     if (h.next != nullptr) {
-      HookOf(*h.next).prev = &item;
+      HookOf(*h.next).set_prev(&item);
     } else {
       tail_ = &item;
     }
@@ -70,18 +80,20 @@ class IntrusiveList {
   // Does nothing if `item` is on no list of this kind.
   void Remove(T& item) {
     ListHook<T, Tag>& h = HookOf(item);
-    if (!h.linked) return;
-    if (h.prev != nullptr) {
-      HookOf(*h.prev).next = h.next;
+    if (!h.linked()) return;
+    T* const prev = h.prev();
+    if (prev != nullptr) {
+      HookOf(*prev).next = h.next;
     } else {
       head_ = h.next;
     }
     if (h.next != nullptr) {
-      HookOf(*h.next).prev = h.prev;
+      HookOf(*h.next).set_prev(prev);
     } else {
-      tail_ = h.prev;
+      tail_ = prev;
     }
-    h = ListHook<T, Tag>{};
+    h.next = nullptr;
+    h.prev_and_linked = 0;
     --size_;
   }
 
@@ -92,7 +104,11 @@ class IntrusiveList {
   }
 
  private:
-  static ListHook<T, Tag>& HookOf(T& item) { return item; }
+  // Bit 0 of an element's address is free to mark the hook linked.
+  static ListHook<T, Tag>& HookOf(T& item) {
+    static_assert(alignof(T) >= 2);
+    return item;
+  }
   static const ListHook<T, Tag>& HookOf(const T& item) { return item; }
 
   T* head_ = nullptr;

@@ -18,13 +18,18 @@ struct LwipPoolTail {
   size_t bytes = 0;
 };
 LwipPoolTail UnusedPcbPoolTail();
+// The same for the pool of BBR's state (stack/lwip/lwippools.h), one element per pcb: only a
+// pcb that runs BBR takes one, so as many elements as pcbs are locked at start when new pcbs
+// run BBR (xdpfwd_tcp_cc, set before the worker locks its memory: --tune congestion-control,
+// bbr by default), none when they run CUBIC.
+LwipPoolTail UnusedBbrPoolTail();
 
 // Locks all of the calling process's memory (os/memory_lock.h: LockAllMemory) but the pcb pool's
-// unused tail, which comes back as a fresh mapping locked page by page as pcbs are first carved
-// in it (MCL_ONFAULT): a worker that never holds more than the default cap locks what it locked
-// before the pool grew (~80 MiB of pcbs, not ~730), and one that does takes one minor fault per
-// page of pcbs (13 pcbs), once. Single-threaded callers only: between its unmap and its map the
-// tail is a hole in the address space that another thread's mmap could take.
+// and the BBR pool's unused tails, which come back as a fresh mapping locked page by page as pcbs
+// are first carved in it (MCL_ONFAULT): a worker that never holds more than the default cap locks
+// what it locked before the pool grew (~110 MiB of pcbs, not ~970), and one that does takes one
+// minor fault per page of pcbs (13 pcbs), once. Single-threaded callers only: between its unmap and
+// its map the tail is a hole in the address space that another thread's mmap could take.
 // *lock_error: mlockall's errno, the process then runs unlocked (as LockAllMemory's error); 0
 // when locked. The error returned is fatal: the tail could not be mapped back, and the first
 // pcb carved there would crash the process.

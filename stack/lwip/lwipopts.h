@@ -112,10 +112,11 @@
  * issue #32 holds 1,000,000 on one worker, +10% for bench/run's margin). Legs are freed when
  * they reach TIME_WAIT (docs/relay.md), so no pcb waits out 2 * MSL. Above 65535 only with our
  * patch 0002, which also carves elements on first use: resident memory follows the peak number
- * of connections, not this number. Of the pool's ~730 MiB, a worker that locks its memory
- * locks only the XDPFWD_TCP_PCB_PRELOCKED carved first (131,072 connections, the fast path's
- * default cap, ~80 MiB) at its start; the rest is locked page by page as pcbs are first carved
- * there (stack/lwip_pools.h), so the default costs what it did before the pool grew. */
+ * of connections, not this number. Of the pool's ~970 MiB (2,360,320 pcbs of 432 bytes), a
+ * worker that locks its memory locks only the XDPFWD_TCP_PCB_PRELOCKED carved first (131,072
+ * connections, the fast path's default cap, ~110 MiB) at its start; the rest is locked page by
+ * page as pcbs are first carved there (stack/lwip_pools.h), so the default costs what it did
+ * before the pool grew. */
 #define XDPFWD_TCP_PCB_PRELOCKED (2 * 131072 + 1024)
 #if defined(__SANITIZE_ADDRESS__)
 /* The sanitizer tree: only the default cap's pcbs. LeakSanitizer reads every global at each
@@ -127,6 +128,12 @@
 #define MEMP_NUM_TCP_PCB (2 * 1179648 + 1024)
 #endif
 #define MEMP_NUM_TCP_PCB_LISTEN 64
+/* Pools of our own, in lwippools.h: BBR's state, outside the pcb (issue #32's memory per idle
+ * connection). Its element size is a number here because lwippools.h is read where struct
+ * tcp_bbr may not be declared (inside memp.h's enum; in memp.c before our patch 0018 makes
+ * lwip/tcp.h include stack/lwip/cc/tcp_cc.h); bbr.c checks it against sizeof(struct tcp_bbr). */
+#define MEMP_USE_CUSTOM_POOLS 1
+#define XDPFWD_TCP_BBR_BYTES 104
 /* One pool shared by every connection's queues: send queues, plus one per out-of-order segment
  * (at most PBUF_POOL_SIZE of those), so out-of-order data cannot starve the send queues. */
 #define MEMP_NUM_TCP_SEG (32768 + PBUF_POOL_SIZE)
@@ -181,14 +188,15 @@
  * Reno-friendly region: a loss costs 30% of the window instead of 50%, regained at 0.53
  * segments per round trip instead of one, which is Reno's average window (measured: no change
  * to the loss benchmark). BBR times round trips and delivery rates in microseconds, from the
- * clock the worker reads once per iteration. Their state: pcb->cubic, pcb->bbr, seg->cc
+ * clock the worker reads once per iteration. Their state: pcb->cubic in the pcb, BBR's behind
+ * pcb->bbr from a pool of its own (lwippools.h; only a BBR pcb takes one), seg->cc
  * (stack/lwip/cc/tcp_cc.h). docs/stack.md, "Congestion control". */
 #define LWIP_TCP_CALC_INITIAL_CWND(mss) \
   ((tcpwnd_size_t)LWIP_MIN(10U * (mss), LWIP_MAX(2U * (mss), 14600U)))
 #define LWIP_TCP_CC_HEADER "cc/tcp_cc.h"
 #define LWIP_TCP_CC_PCB_STATE \
   struct tcp_cubic cubic;     \
-  struct tcp_bbr bbr;
+  struct tcp_bbr* bbr;
 #define LWIP_TCP_CC_SEG_STATE struct tcp_bbr_seg
 #define LWIP_TCP_CC_DEFAULT() xdpfwd_tcp_cc_default()
 /* Active opens use ports above the kernel's default ephemeral range (32768-60999), so return
@@ -233,9 +241,9 @@
 #define LWIP_HOOK_TCP_OOSEQ_ACK(pcb) xdpfwd_ooseq_ack_later(pcb)
 #define LWIP_HOOK_TCP_EMPTY_ACK_SENT(pcb) xdpfwd_ooseq_ack_cancel(pcb)
 #define LWIP_HOOK_TCP_PCB_PURGE(pcb) xdpfwd_ooseq_ack_cancel(pcb)
-#define LWIP_TCP_PCB_HOOK_STATE                      \
-  struct tcp_pcb *ooseq_ack_next, **ooseq_ack_pprev; \
-  u8_t ooseq_ack_round;
+#define LWIP_TCP_PCB_HOOK_STATE \
+  u8_t ooseq_ack_round;         \
+  struct tcp_pcb *ooseq_ack_next, **ooseq_ack_pprev;
 
 /* ---- statistics: counters and leak checks read these ---- */
 #define LWIP_STATS 1

@@ -25,6 +25,35 @@ std::vector<int> Ids(const IntrusiveList<Item, Tag>& list) {
   return out;
 }
 
+// Two words a hook: the relay's connection has six (issue #32's memory per idle connection;
+// three words each with a separate `linked` flag).
+static_assert(sizeof(ListHook<Item, ByAge>) == 2 * sizeof(void*));
+
+// Linked or not is the hook's own business: at the front (no previous element), at the back,
+// alone, and after removal.
+TEST(IntrusiveList, ContainsFollowsEveryPosition) {
+  std::vector<Item> items(3);
+  IntrusiveList<Item, ByAge> by_age;
+  EXPECT_FALSE(by_age.Contains(items[0]));
+  by_age.PushBack(items[0]);
+  EXPECT_TRUE(by_age.Contains(items[0]));  // alone: no previous, no next
+  by_age.PushBack(items[1]);
+  by_age.InsertOrdered(items[2], [&](const Item& a, const Item& b) {
+    return &a == &items[2] && &b != &items[2];  // goes to the front
+  });
+  EXPECT_EQ(by_age.front(), &items[2]);
+  for (const Item& i : items) EXPECT_TRUE(by_age.Contains(i));
+  by_age.Remove(items[2]);
+  EXPECT_FALSE(by_age.Contains(items[2]));
+  EXPECT_EQ(by_age.front(), &items[0]);
+  by_age.Remove(items[2]);  // again: nothing
+  EXPECT_EQ(by_age.size(), 2u);
+  by_age.Remove(items[0]);
+  by_age.Remove(items[1]);
+  EXPECT_TRUE(by_age.empty());
+  for (const Item& i : items) EXPECT_FALSE(by_age.Contains(i));
+}
+
 TEST(IntrusiveList, KeepsOrderThroughMovesAndRemovals) {
   std::vector<Item> items(4);
   for (int k = 0; k < 4; ++k) items[k].id = k;

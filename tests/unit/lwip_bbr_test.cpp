@@ -35,7 +35,7 @@ class LwipBbrTest : public LwipWireTest {
 
   // The model's bandwidth-delay product in bytes.
   static double Bdp(const tcp_pcb* pcb) {
-    return static_cast<double>(pcb->bbr.bw[0]) * pcb->bbr.min_rtt_us / 1000.0;
+    return static_cast<double>(pcb->bbr->bw[0]) * pcb->bbr->min_rtt_us / 1000.0;
   }
 
   struct LossRun {
@@ -103,19 +103,19 @@ TEST_F(LwipBbrTest, StartupEndsWhenTheDeliveryRateStopsGrowing) {
   ASSERT_NO_FATAL_FAILURE(Connect());
   client_.outgoing = Payload(64u << 20);
   Feed(client_);
-  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.filled_pipe != 0; }, 60 * 2 * kOneWayTicks))
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr->filled_pipe != 0; }, 60 * 2 * kOneWayTicks))
       << "still in Startup after 60 round trips, cwnd " << client_.pcb->cwnd;
   const tcp_pcb* pcb = client_.pcb;
   // IW 10 to a 1 MiB window (718 segments) is about seven doublings, then three flat rounds.
-  EXPECT_LE(pcb->bbr.round, 16u);
-  EXPECT_GE(pcb->bbr.min_rtt_us, kRttUs);
-  EXPECT_LE(pcb->bbr.min_rtt_us, kRttUs + 100);  // plus the wire's delivery rounds
+  EXPECT_LE(pcb->bbr->round, 16u);
+  EXPECT_GE(pcb->bbr->min_rtt_us, kRttUs);
+  EXPECT_LE(pcb->bbr->min_rtt_us, kRttUs + 100);  // plus the wire's delivery rounds
   EXPECT_GT(Bdp(pcb), 0.5 * TCP_WND);
   EXPECT_LT(Bdp(pcb), 1.2 * TCP_WND);
   double lowest = 1e18, highest = 0;
   for (int rtt = 0; rtt < 20; ++rtt) {
     RunUntil([] { return false; }, 2 * kOneWayTicks);
-    const tcp_bbr& b = client_.pcb->bbr;
+    const tcp_bbr& b = *client_.pcb->bbr;
     const double aggregation = std::max(b.extra_acked[0], b.extra_acked[1]);
     EXPECT_LE(aggregation, 1.01 * b.cwnd);
     lowest = std::min(lowest, client_.pcb->cwnd / Bdp(client_.pcb));
@@ -130,9 +130,9 @@ TEST_F(LwipBbrTest, StartupEndsWhenTheDeliveryRateStopsGrowing) {
 TEST_F(LwipBbrTest, LanRoundTripsAreTimedInMicroseconds) {
   ASSERT_NO_FATAL_FAILURE(Connect());
   ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 1u << 20));
-  EXPECT_GE(client_.pcb->bbr.min_rtt_us, 2 * LwipWire::kRoundUs);
-  EXPECT_LE(client_.pcb->bbr.min_rtt_us, 5 * LwipWire::kRoundUs);
-  EXPECT_GT(client_.pcb->bbr.bw[0], 0u);
+  EXPECT_GE(client_.pcb->bbr->min_rtt_us, 2 * LwipWire::kRoundUs);
+  EXPECT_LE(client_.pcb->bbr->min_rtt_us, 5 * LwipWire::kRoundUs);
+  EXPECT_GT(client_.pcb->bbr->bw[0], 0u);
 }
 
 // 1% random loss, 20 ms round trips, 16 MiB: CUBIC leaves 0.7 of its window at every fast
@@ -171,18 +171,18 @@ TEST_F(LwipBbrTest, RtoRestartsStartupFromFourSegments) {
   Feed(client_);
   // close_when_written hands the pcb to lwIP once all is queued (not before the end here).
   ASSERT_TRUE(
-      RunUntil([&] { return client_.pcb == nullptr || client_.pcb->bbr.filled_pipe; }, 200));
+      RunUntil([&] { return client_.pcb == nullptr || client_.pcb->bbr->filled_pipe; }, 200));
   ASSERT_NE(client_.pcb, nullptr);
   tcp_pcb* pcb = client_.pcb;  // ours until the transfer ends
   // Until the RTO itself: the timer's first retransmission is now a tail-loss probe (0039).
   wire_.SetFilter([](const WirePacket&) { return WireVerdict::kDrop; });
   ASSERT_TRUE(RunUntil([&] { return pcb->nrtx > 0; }, 2000));
   ASSERT_FALSE(client_.errored);
-  EXPECT_EQ(pcb->bbr.filled_pipe, 0);
-  EXPECT_EQ(pcb->bbr.bw[0], 0u);
-  EXPECT_EQ(pcb->bbr.cwnd, 4u * pcb->mss);
+  EXPECT_EQ(pcb->bbr->filled_pipe, 0);
+  EXPECT_EQ(pcb->bbr->bw[0], 0u);
+  EXPECT_EQ(pcb->bbr->cwnd, 4u * pcb->mss);
   wire_.SetFilter(nullptr);
-  ASSERT_TRUE(RunUntil([&] { return client_.errored || pcb->bbr.filled_pipe != 0; }, 2000));
+  ASSERT_TRUE(RunUntil([&] { return client_.errored || pcb->bbr->filled_pipe != 0; }, 2000));
   ASSERT_FALSE(client_.errored);
   EXPECT_GT(Bdp(pcb), 0.5 * TCP_WND);
   ASSERT_TRUE(
@@ -202,12 +202,12 @@ TEST_F(LwipBbrTest, BusyFlowProbesTheRoundTripEveryTenSeconds) {
   client_.outgoing = Payload(128u << 20);
   Feed(client_);
   const uint32_t floor = 4 * client_.pcb->mss;
-  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.filled_pipe != 0; }, 1000));
-  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.cwnd == floor; }, 1200));
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr->filled_pipe != 0; }, 1000));
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr->cwnd == floor; }, 1200));
   const uint64_t probe_at = wire_.ticks() - start;
   EXPECT_GE(probe_at * kTickMs, 10000u);
   EXPECT_LE(probe_at * kTickMs, 10000u + 4 * 2 * kSlowOneWay * kTickMs);
-  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr.cwnd > floor; }, 100));
+  ASSERT_TRUE(RunUntil([&] { return client_.pcb->bbr->cwnd > floor; }, 100));
   const uint64_t held_ms = (wire_.ticks() - start - probe_at) * kTickMs;
   EXPECT_GE(held_ms, 200u);
   EXPECT_LE(held_ms, 200u + 2 * 2 * kSlowOneWay * kTickMs);
@@ -220,16 +220,56 @@ TEST_F(LwipBbrTest, FlowBackFromIdleSkipsProbeRtt) {
   wire_.SetLatencyTicks(kOneWayTicks);
   ASSERT_NO_FATAL_FAILURE(Connect());
   ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 8u << 20));
-  ASSERT_NE(client_.pcb->bbr.filled_pipe, 0);
+  ASSERT_NE(client_.pcb->bbr->filled_pipe, 0);
   const uint32_t floor = 4 * client_.pcb->mss;
-  ASSERT_GT(client_.pcb->bbr.cwnd, 10 * floor);
+  ASSERT_GT(client_.pcb->bbr->cwnd, 10 * floor);
   wire_.AdvanceMs(11000);
   client_.outgoing += Payload(1u << 20);
   Feed(client_);
   for (int rtt = 0; rtt < 5; ++rtt) {
     RunUntil([] { return false; }, 2 * kOneWayTicks);
-    EXPECT_GT(client_.pcb->bbr.cwnd, 10 * floor) << "round trip " << rtt;
+    EXPECT_GT(client_.pcb->bbr->cwnd, 10 * floor) << "round trip " << rtt;
   }
+}
+
+// A BBR pcb takes its state from the TCP_BBR pool when it is allocated (the pcb holds only a
+// pointer: issue #32's memory per idle connection) and gives it back when it is freed (patch
+// 0042's release step; without it the pool's use stays up by two).
+TEST_F(LwipBbrTest, StateGoesBackToItsPoolWithThePcb) {
+  const mem_size_t before = BbrStatesInUse();
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  EXPECT_EQ(BbrStatesInUse(), before + 2);
+  ASSERT_NE(client_.pcb->bbr, nullptr);
+  ASSERT_NE(server_.pcb->bbr, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 1u << 20));
+  EXPECT_GT(client_.pcb->bbr->delivered, 1u << 19);
+  for (Peer* peer : {&client_, &server_}) {
+    tcp_pcb* pcb = peer->pcb;
+    peer->pcb = nullptr;
+    tcp_arg(pcb, nullptr);
+    tcp_err(pcb, nullptr);
+    tcp_abort(pcb);
+  }
+  EXPECT_EQ(BbrStatesInUse(), before);
+}
+
+// The pool has an element per pcb, so it cannot run out before the pcbs do; if it is empty all
+// the same, a new connection runs CUBIC, which keeps its state in the pcb, and works.
+TEST_F(LwipBbrTest, ConnectionRunsCubicWhenThePoolIsEmpty) {
+  std::vector<void*> taken;
+  for (void* e = memp_malloc(MEMP_TCP_BBR); e != nullptr; e = memp_malloc(MEMP_TCP_BBR)) {
+    taken.push_back(e);
+  }
+  const mem_size_t errors = lwip_stats.memp[MEMP_TCP_BBR]->err;
+  ASSERT_GE(taken.size(), size_t{MEMP_NUM_TCP_PCB} - 2);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  EXPECT_EQ(client_.pcb->cc_ops, &tcp_cc_cubic);
+  EXPECT_EQ(server_.pcb->cc_ops, &tcp_cc_cubic);
+  EXPECT_EQ(client_.pcb->bbr, nullptr);
+  EXPECT_EQ(lwip_stats.memp[MEMP_TCP_BBR]->err, errors + 2);
+  ASSERT_NO_FATAL_FAILURE(Transfer(client_, server_, 1u << 20));
+  ASSERT_NO_FATAL_FAILURE(Transfer(server_, client_, 1u << 20));
+  for (void* e : taken) memp_free(MEMP_TCP_BBR, e);
 }
 
 }  // namespace

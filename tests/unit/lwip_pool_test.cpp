@@ -213,11 +213,17 @@ long SmapsKib(uintptr_t begin, const char* field) {
 }
 
 // A worker's lock (LockWorkerMemory) locks the process but maps the pcb pool beyond the first
-// XDPFWD_TCP_PCB_PRELOCKED pcbs anew, locked only as pages are first used. Run in a child
-// process (the lock is the whole process's): exits 0 if so, and says what it saw on stderr.
-// Fails without the remapping: mlockall alone makes the whole tail resident at once. Not in the
-// sanitizer tree, whose pool has no tail (lwipopts.h) and whose mlockall does nothing.
+// XDPFWD_TCP_PCB_PRELOCKED pcbs anew, locked only as pages are first used, and the whole unused
+// pool of BBR's state (one element per pcb) likewise. Run in a child process (the lock is the
+// whole process's): exits 0 if so, and says what it saw on stderr. Fails without the
+// remapping: mlockall alone makes the whole tail resident at once. Not in the sanitizer tree,
+// whose pool has no tail (lwipopts.h) and whose mlockall does nothing.
 [[noreturn]] void LockThenCarveIntoTheTail() {
+  const LwipPoolTail bbr = UnusedBbrPoolTail();
+  if (bbr.bytes < size_t{MEMP_NUM_TCP_PCB - 64} * sizeof(tcp_bbr)) {
+    std::fprintf(stderr, "BBR pool's tail %zu bytes: too short\n", bbr.bytes);
+    _exit(5);
+  }
   const LwipPoolTail tail = UnusedPcbPoolTail();
   const size_t element = PcbPool().element;
   if (tail.bytes < size_t{MEMP_NUM_TCP_PCB - XDPFWD_TCP_PCB_PRELOCKED - 64} * element) {
@@ -237,11 +243,22 @@ long SmapsKib(uintptr_t begin, const char* field) {
   }
   const long rss = SmapsKib(tail.begin, "Rss"), locked = SmapsKib(tail.begin, "Locked");
   const long want = static_cast<long>(kInTail * element / 1024);
+  // By page (mincore), whichever mapping the tail ended up in.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core(bbr.bytes / page);
+  long bbr_rss = -1;
+  if (mincore(reinterpret_cast<void*>(bbr.begin), bbr.bytes, in_core.data()) == 0) {
+    bbr_rss = 0;
+    for (unsigned char c : in_core) bbr_rss += (c & 1) * static_cast<long>(page / 1024);
+  }
   std::fprintf(stderr,
                "tail %zu MiB: %ld KiB resident after the lock; after %zu pcbs there %ld KiB "
-               "resident, %ld KiB locked (their size: %ld KiB)\n",
-               tail.bytes >> 20, rss_at_start, kInTail, rss, locked, want);
-  const bool ok = rss_at_start == 0 && rss >= want - 8 && rss <= want + 8 && locked == rss;
+               "resident, %ld KiB locked (their size: %ld KiB); BBR pool's tail %zu MiB: %ld KiB "
+               "resident\n",
+               tail.bytes >> 20, rss_at_start, kInTail, rss, locked, want, bbr.bytes >> 20,
+               bbr_rss);
+  const bool ok =
+      rss_at_start == 0 && rss >= want - 8 && rss <= want + 8 && locked == rss && bbr_rss == 0;
   _exit(ok ? 0 : 1);
 }
 #endif

@@ -31,6 +31,8 @@ inline constexpr uint32_t kTickMs = TCP_TMR_INTERVAL;
 
 inline mem_size_t PcbsInUse() { return lwip_stats.memp[MEMP_TCP_PCB]->used; }
 inline mem_size_t SegmentsInUse() { return lwip_stats.memp[MEMP_TCP_SEG]->used; }
+// BBR's state, one per BBR pcb (stack/lwip/lwippools.h).
+inline mem_size_t BbrStatesInUse() { return lwip_stats.memp[MEMP_TCP_BBR]->used; }
 
 // One end of the connection, as an application on lwIP's raw API.
 struct Peer {
@@ -144,6 +146,7 @@ class LwipWireTest : public ::testing::Test {
   void SetUp() override {
     pcbs_before_ = PcbsInUse();
     segs_before_ = SegmentsInUse();
+    bbr_before_ = BbrStatesInUse();
     listener_ = LwipWire::ListenOnB(kServerPort, this, Accept);
     ASSERT_NE(listener_, nullptr);
   }
@@ -164,6 +167,7 @@ class LwipWireTest : public ::testing::Test {
     EXPECT_EQ(tcp_close(listener_), ERR_OK);
     EXPECT_EQ(PcbsInUse(), pcbs_before_);
     EXPECT_EQ(SegmentsInUse(), segs_before_);
+    EXPECT_EQ(BbrStatesInUse(), bbr_before_);
   }
 
   static err_t Accept(void* arg, tcp_pcb* pcb, err_t err) {
@@ -230,7 +234,7 @@ class LwipWireTest : public ::testing::Test {
   LwipWire wire_;
   Peer client_, server_;
   tcp_pcb* listener_ = nullptr;
-  mem_size_t pcbs_before_ = 0, segs_before_ = 0;
+  mem_size_t pcbs_before_ = 0, segs_before_ = 0, bbr_before_ = 0;
 };
 
 }  // namespace xdpfwd::test::wire

@@ -31,7 +31,10 @@
  * worker's once-per-iteration microsecond clock, not the 10 ms tcp_rtt_ticks. Not done: pacing,
  * BBRv2/v3's loss and ECN response, the rest of idle restart, the ProbeBW 1.25 phase's "until in
  * flight reaches 1.25 BDP" condition (a phase is one min RTT). */
+#include <string.h>
+
 #include "lwip/opt.h"
+#include "lwip/memp.h"
 #include "lwip/priv/tcp_priv.h"
 #include "xdpfwd_lwip_hooks.h"
 
@@ -79,11 +82,34 @@ tcp_bbr_now(void)
   return now != 0 ? now : 1; /* 0 marks a segment never sent */
 }
 
+_Static_assert(sizeof(struct tcp_bbr) == XDPFWD_TCP_BBR_BYTES,
+               "XDPFWD_TCP_BBR_BYTES (lwipopts.h) is not sizeof(struct tcp_bbr)");
+
+/* The pcb's state comes from the TCP_BBR pool (stack/lwip/lwippools.h), not the pcb: a pcb
+   carries only the pointer, so connections of the default CUBIC pay 8 bytes instead of 104.
+   The pool has one element per pcb; should it be empty all the same, the connection runs CUBIC,
+   which needs nothing more (memp stats count the failure as the pool's err). */
+
 static void
 tcp_bbr_init(struct tcp_pcb *pcb)
 {
-  pcb->bbr.min_rtt_us = TCP_BBR_NO_RTT;
-  pcb->bbr.min_rtt_stamp_us = tcp_bbr_now();
+  struct tcp_bbr *b = (struct tcp_bbr *)memp_malloc(MEMP_TCP_BBR);
+  if (b == NULL) {
+    pcb->cc_ops = &tcp_cc_cubic;
+    return;
+  }
+  memset(b, 0, sizeof(*b));
+  b->min_rtt_us = TCP_BBR_NO_RTT;
+  b->min_rtt_stamp_us = tcp_bbr_now();
+  pcb->bbr = b;
+}
+
+/* The pcb is being freed (our patch 0042): its state goes back to the pool. */
+static void
+tcp_bbr_release(struct tcp_pcb *pcb)
+{
+  memp_free(MEMP_TCP_BBR, pcb->bbr);
+  pcb->bbr = NULL;
 }
 
 /* A running maximum over the last TCP_BBR_BW_ROUNDS rounds kept in three samples: the best,
@@ -152,7 +178,7 @@ tcp_bbr_ack_aggregation(struct tcp_bbr *b, u32_t now)
 static void
 tcp_bbr_sent(struct tcp_pcb *pcb, struct tcp_seg *seg)
 {
-  struct tcp_bbr *b = &pcb->bbr;
+  struct tcp_bbr *b = pcb->bbr;
   const u32_t now = tcp_bbr_now();
   if (pcb->unacked == NULL) {
     /* nothing in flight: intervals start now, not at the last delivery before an idle period */
@@ -173,7 +199,7 @@ tcp_bbr_sent(struct tcp_pcb *pcb, struct tcp_seg *seg)
 static void
 tcp_bbr_delivered(struct tcp_pcb *pcb, const struct tcp_seg *seg, u8_t sacked)
 {
-  struct tcp_bbr *b = &pcb->bbr;
+  struct tcp_bbr *b = pcb->bbr;
   if (sacked) {
     b->sacked += seg->len;
   }
@@ -202,7 +228,7 @@ tcp_bbr_seg_acked(struct tcp_pcb *pcb, const struct tcp_seg *seg)
   if (!(seg->flags & TF_SEG_SACKED)) {
     tcp_bbr_delivered(pcb, seg, 0);
   } else {
-    pcb->bbr.sacked = pcb->bbr.sacked > seg->len ? pcb->bbr.sacked - seg->len : 0;
+    pcb->bbr->sacked = pcb->bbr->sacked > seg->len ? pcb->bbr->sacked - seg->len : 0;
   }
 }
 
@@ -216,7 +242,7 @@ tcp_bbr_seg_sacked(struct tcp_pcb *pcb, const struct tcp_seg *seg)
 static void
 tcp_bbr_sacks_cleared(struct tcp_pcb *pcb)
 {
-  pcb->bbr.sacked = 0;
+  pcb->bbr->sacked = 0;
 }
 
 /* The application has nothing more to send while cwnd has room: rate samples until what is in
@@ -228,8 +254,8 @@ tcp_bbr_app_check(struct tcp_pcb *pcb)
 {
   const u32_t in_flight = pcb->snd_nxt - pcb->lastack;
   if (pcb->unsent == NULL && in_flight < pcb->cwnd && pcb->snd_buf >= pcb->mss) {
-    const u32_t mark = pcb->bbr.delivered + in_flight;
-    pcb->bbr.app_limited = mark != 0 ? mark : 1;
+    const u32_t mark = pcb->bbr->delivered + in_flight;
+    pcb->bbr->app_limited = mark != 0 ? mark : 1;
   }
 }
 
@@ -239,7 +265,7 @@ tcp_bbr_app_check(struct tcp_pcb *pcb)
 static void
 tcp_bbr_ack(struct tcp_pcb *pcb)
 {
-  struct tcp_bbr *b = &pcb->bbr;
+  struct tcp_bbr *b = pcb->bbr;
   const u32_t now = tcp_bbr_now();
   const u32_t floor = TCP_BBR_MIN_CWND_SEGS * pcb->mss;
   const u8_t min_rtt_expired = (u32_t)(now - b->min_rtt_stamp_us) > TCP_BBR_MIN_RTT_WINDOW_US;
@@ -370,7 +396,7 @@ tcp_bbr_ack(struct tcp_pcb *pcb)
 static void
 tcp_bbr_rto(struct tcp_pcb *pcb)
 {
-  struct tcp_bbr *b = &pcb->bbr;
+  struct tcp_bbr *b = pcb->bbr;
   int i;
   b->mode = TCP_BBR_STARTUP;
   b->filled_pipe = 0;
@@ -412,4 +438,5 @@ const struct tcp_cc_ops tcp_cc_bbr = {
   .sacks_cleared = tcp_bbr_sacks_cleared,
   .output = tcp_bbr_app_check,
   .seg_sent = tcp_bbr_sent,
+  .release = tcp_bbr_release,
 };

@@ -1,8 +1,9 @@
 /* Our congestion controllers for lwIP, behind the table of steps our lwIP patch 0018 adds
  * (struct tcp_cc_ops in lwip/tcp.h, after Linux's tcp_congestion_ops): CUBIC (cubic.c) and BBR
  * (bbr.c). lwip/tcp.h includes this header (LWIP_TCP_CC_HEADER in lwipopts.h) for their state,
- * which lwipopts.h places in every pcb (LWIP_TCP_CC_PCB_STATE: pcb->cubic, pcb->bbr) and every
- * segment (LWIP_TCP_CC_SEG_STATE: seg->cc). docs/stack.md, "Congestion control". */
+ * which lwipopts.h places in every pcb (LWIP_TCP_CC_PCB_STATE: pcb->cubic, and pcb->bbr, a
+ * pointer to BBR's from the TCP_BBR pool, NULL unless the pcb runs BBR) and every segment
+ * (LWIP_TCP_CC_SEG_STATE: seg->cc). docs/stack.md, "Congestion control". */
 #ifndef XDPFWD_LWIP_CC_TCP_CC_H
 #define XDPFWD_LWIP_CC_TCP_CC_H
 
