@@ -424,7 +424,10 @@ ServiceReport LoopState::FullReport() {
 void LoopState::Diagnose() {
   const auto now = Clock::now();
   next_diagnosis_ = now + kDiagnosisInterval;
-  const ServiceReport r = service_->Report();
+  // Without the flow maps' walk: the diagnosis reads none of it, and at 200,000 idle
+  // connections that walk every 2 s was ~32% of the control process's CPU while they closed
+  // (docs/benchmarks.md).
+  const ServiceReport r = service_->Report(FastPath::Flows::kNotCounted);
   if (!r.fast && !r.kernel) {
     next_diagnosis_ = Clock::time_point::max();
     return;

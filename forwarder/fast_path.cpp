@@ -354,8 +354,8 @@ std::vector<int> FastPath::worker_lock_errors() const {
   return errors;
 }
 
-FastPathSnapshot FastPath::Snapshot(std::vector<FastPathSnapshot>* per_worker) {
-  return impl_->Collect(per_worker);
+FastPathSnapshot FastPath::Snapshot(std::vector<FastPathSnapshot>* per_worker, Flows flows) {
+  return impl_->Collect(per_worker, flows);
 }
 
 SteerCounters FastPath::SteerDecisions() const {
@@ -410,7 +410,7 @@ void FastPath::Stop() {
   if (!impl_ || impl_->stopped) return;
   // A last snapshot, so the exit summary has the final numbers; the monitor stops first, so
   // that no worker is restarted while they stop.
-  FastPathSnapshot last = impl_->Collect(nullptr);
+  FastPathSnapshot last = impl_->Collect(nullptr, Flows::kNotCounted);
   {
     std::lock_guard lock(impl_->monitor_mu);
     impl_->monitor_stop = true;
@@ -419,7 +419,7 @@ void FastPath::Stop() {
   if (impl_->monitor.joinable()) impl_->monitor.join();
   impl_->StopWorkers();
   impl_->final_steer = SteerDecisions();
-  impl_->CountFlows(last);  // what the workers left behind, for the exit summary
+  impl_->CountFlows(last, Flows::kCounted);  // what the workers left behind, for the exit summary
   {
     std::lock_guard lock(impl_->mu);
     impl_->final_snapshot = std::move(last);

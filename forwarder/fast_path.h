@@ -201,10 +201,15 @@ class FastPath {
   // Each worker's memory lock (FastPathConfig::lock_memory), one per worker: 0 locked, or not
   // asked to lock; else the errno that refused it (the worker runs unlocked).
   std::vector<int> worker_lock_errors() const;
+  // Whether a snapshot counts the steering maps' entries (`flows`): one walk of every flow map,
+  // whose cost grows with the connections (xdp/steer.h's FlowCount). A reader that does not show
+  // them (the control loop's periodic diagnosis, the drain's polls) leaves `flows` at 0.
+  enum class Flows { kCounted, kNotCounted };
   // Asks every worker for fresh numbers and waits for them (bounded; a worker that does not
   // answer contributes its last ones), and sums them; with `per_worker`, each worker's too, in
   // worker order, from the same round.
-  FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr);
+  FastPathSnapshot Snapshot(std::vector<FastPathSnapshot>* per_worker = nullptr,
+                            Flows flows = Flows::kCounted);
   // Steering decisions summed over interfaces (after Stop(): the last reading).
   SteerCounters SteerDecisions() const;
   // The same as "redirect_new_flow=3 pass_not_ip=2" (reasons that counted nothing left out).

@@ -242,8 +242,9 @@ struct FastPath::Impl {
   void Restart(uint32_t w, int status);
   void Respawn(uint32_t w);  // Spawn and WaitReady for a worker that died; retried if not forked
   void Watch(uint32_t w);    // kills worker w if its heartbeat stood still past the watchdog
-  FastPathSnapshot Collect(std::vector<FastPathSnapshot>* each);  // each: per worker, or null
-  void CountFlows(FastPathSnapshot& s) const;
+  // each: per worker, or null
+  FastPathSnapshot Collect(std::vector<FastPathSnapshot>* each, FastPath::Flows flows);
+  void CountFlows(FastPathSnapshot& s, FastPath::Flows flows) const;
 };
 
 // How PlaceRule may change the interfaces. At start: interfaces are added and learn their

@@ -262,17 +262,19 @@ void FastPath::Impl::Monitor() {
   }
 }
 
-// On the caller's thread: map scans do not belong on a worker.
-void FastPath::Impl::CountFlows(FastPathSnapshot& s) const {
+// On the caller's thread: map scans do not belong on a worker. `flows` is a walk of every flow
+// map; client_flows and stray_flows_reaped are counters.
+void FastPath::Impl::CountFlows(FastPathSnapshot& s, FastPath::Flows flows) const {
   s.flows = s.client_flows = 0;
   for (const auto& i : ifaces) {
-    s.flows += i->steer->FlowCount();
+    if (flows == FastPath::Flows::kCounted) s.flows += i->steer->FlowCount();
     s.client_flows += i->steer->ClientFlowCount();
   }
   s.stray_flows_reaped = stray_flows_reaped.load(std::memory_order_relaxed);
 }
 
-FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
+FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each,
+                                         FastPath::Flows flows) {
   std::vector<uint64_t> asked(workers, 0);
   {
     std::lock_guard lock(mu);
@@ -341,7 +343,7 @@ FastPathSnapshot FastPath::Impl::Collect(std::vector<FastPathSnapshot>* each) {
   });
   sum.workers = workers;
   sum.worker_restarts = restarts;
-  CountFlows(sum);
+  CountFlows(sum, flows);
   return sum;
 }
 

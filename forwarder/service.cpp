@@ -479,7 +479,7 @@ Result<void> Service::SetBackendWeight(uint32_t rule_id, const std::string& back
 
 uint64_t Service::OpenConnections() const {
   uint64_t n = 0;
-  if (fast_) n += fast_->Snapshot().connections;
+  if (fast_) n += fast_->Snapshot(nullptr, FastPath::Flows::kNotCounted).connections;
   if (kernel_) n += kernel_->Totals().relay.active;
   return n;
 }
@@ -569,7 +569,7 @@ void Service::PrintStats() const {
   }
 }
 
-ServiceReport Service::Report() const {
+ServiceReport Service::Report(FastPath::Flows flows) const {
   ServiceReport r;
   r.version = XDPFWD_VERSION;
   r.pid = static_cast<int>(getpid());
@@ -597,7 +597,7 @@ ServiceReport Service::Report() const {
   r.backends = CheckedBackends();
   if (fast_) {
     std::vector<FastPathSnapshot> each;
-    r.fast = fast_->Snapshot(&each);
+    r.fast = fast_->Snapshot(&each, flows);
     r.fast_description = fast_->description();
     const std::vector<int> pids = fast_->worker_pids();
     const std::vector<int> cpus = fast_->worker_cpus();

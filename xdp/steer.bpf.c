@@ -53,6 +53,11 @@ const volatile __u32 syn_flow_budget = STEER_DEFAULT_FLOW_CAPACITY;
  * at once, so the budget can be overshot by at most one entry per CPU; the
  * map's spare room absorbs that. */
 __u64 syn_flows = 0;
+/* Client entries written not yet accepted: +1 here after each SYN inserts or
+ * re-stamps one, +1 by userspace after it puts such an entry back. Only
+ * these can become strays, so the reaper skips its walks while this has not
+ * moved since a whole walk that left none (xdp/steer_maps.cpp). */
+__u64 unaccepted_writes = 0;
 /* Who attached the program (read-only after load): lets a later start tell a
  * live xdpfwd from a stale one. Userspace finds it through the .rodata map's
  * BTF. */
@@ -481,8 +486,10 @@ int xdpfwd_steer(struct xdp_md *ctx)
 		flow.rule_id = existing->rule_id;
 		flow.created_ns = bpf_ktime_get_ns();
 		flow.origin = STEER_FLOW_FROM_SYN;
-		if (bpf_map_update_elem(&steer_flows, &key, &flow, BPF_EXIST) !=
-		    -ENOENT)
+		err = bpf_map_update_elem(&steer_flows, &key, &flow, BPF_EXIST);
+		if (!err)
+			__sync_fetch_and_add(&unaccepted_writes, 1);
+		if (err != -ENOENT)
 			return redirect_known_flow(ctx, flow.owner);
 	} else if (!tcp->syn || tcp->ack) {
 		return decide(ctx, STEER_PASS_UNKNOWN_FLOW, XDP_PASS);
@@ -508,8 +515,10 @@ int xdpfwd_steer(struct xdp_md *ctx)
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
 	if (err && err != -EEXIST) /* -EEXIST: another CPU inserted it */
 		return decide(ctx, STEER_PASS_FLOW_TABLE_FULL, XDP_PASS);
-	if (!err)
+	if (!err) {
 		__sync_fetch_and_add(&syn_flows, 1);
+		__sync_fetch_and_add(&unaccepted_writes, 1);
+	}
 
 	action = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
 	if (action != XDP_REDIRECT) {

@@ -162,9 +162,13 @@ class SteerProgram final : public FlowTable {
   size_t ReapStrayFlows(uint64_t created_before_ns);
   // The same over at most `max_entries` entries of the map, from where the last slice stopped:
   // a pass over a large map in slices, so that no one call holds a CPU for long. `pass_done`:
-  // this slice reached the end of the map (the next one starts a new pass).
+  // this slice reached the end of the map (the next one starts a new pass). A pass is skipped
+  // (nothing visited, pass_done) while no unaccepted client entry has been written since the
+  // start of a whole pass that left none: only such an entry can become a stray, and an idle
+  // million connections would otherwise be walked over and over for nothing.
   struct ReapSlice {
     size_t reaped = 0;
+    size_t visited = 0;  // entries this slice read (0: the pass was skipped)
     bool pass_done = false;
   };
   ReapSlice ReapStrayFlowsSlice(uint64_t created_before_ns, uint32_t max_entries);
@@ -191,6 +195,10 @@ class SteerProgram final : public FlowTable {
 
   // Deletes each of `strays` that is still a stray when deleted (see ReapStrayFlows).
   size_t RemoveStrays(const std::vector<steer_flow_key>& strays, uint64_t created_before_ns);
+  // The program's count of unaccepted client entries written (steer.bpf.c's
+  // unaccepted_writes), and its +1 for an entry userspace puts back unaccepted.
+  uint64_t UnacceptedWrites() const;
+  void NoteUnacceptedWrite(const steer_flow& put_back);
 
   std::unique_ptr<Skeleton> skel_;
   std::string ifname_;
@@ -200,8 +208,14 @@ class SteerProgram final : public FlowTable {
   std::string why_generic_;
   uint32_t prog_id_ = 0;
   bool attached_ = false;
-  // ReapStrayFlowsSlice's place in the map.
+  // ReapStrayFlowsSlice's place in the map, and whether its next pass may be skipped: the last
+  // whole pass left no unaccepted client entry (`reap_clean_`) and unaccepted_writes stood at
+  // `clean_writes_` when that pass started (it moves with every entry written since).
   std::unique_ptr<FlowWalk> reap_walk_;
+  bool reap_clean_ = false;
+  uint64_t clean_writes_ = 0;
+  uint64_t pass_writes_ = 0;      // unaccepted_writes when the pass under way started
+  uint64_t pass_unaccepted_ = 0;  // unaccepted client entries the pass under way left in place
   // Counted by the flow calls (FlowTable's and their SteerTuple forms); atomic because the
   // control process's threads may make some of them too.
   mutable std::atomic<uint64_t> map_syscalls_{0};

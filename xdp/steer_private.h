@@ -35,6 +35,8 @@ class FlowWalk {
     in_pass_ = r == 0;
     return !in_pass_;
   }
+  // Whether the last Next stopped inside a pass (the next call goes on from there).
+  bool in_pass() const { return in_pass_; }
 
  private:
   std::vector<steer_flow_key> keys_;

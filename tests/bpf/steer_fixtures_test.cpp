@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "os/clock.h"
@@ -141,6 +142,43 @@ TEST_F(SteerFixtureTest, StraysAreReapedInSlices) {
   const auto again = prog_->ReapStrayFlowsSlice(cut, 4096);
   EXPECT_EQ(again.reaped, 0u);
   EXPECT_TRUE(again.pass_done);
+}
+
+// The reaper skips its walks while nothing could have become a stray: after a whole pass that
+// left no unaccepted client entry, a pass reads nothing until a SYN writes one (a new entry, or
+// a lingering accepted one stamped anew); then it walks, and reaps the stray once it is old. A
+// young unaccepted entry left in place keeps the walks going.
+TEST_F(SteerFixtureTest, ReaperWalksOnlyAfterAnUnacceptedEntryWasWritten) {
+  BindSocket();
+  const FlowTuple accepted{Ip(kClient), Ip(kListen), 41200, kListenPort};
+  Expect(Syn(41200), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  ASSERT_TRUE(prog_->MarkAccepted(accepted, 0, 7, MonotonicNs()));
+  auto pass = [&](uint64_t cut) {  // one whole pass in slices of 4: {visited, reaped}
+    std::pair<size_t, size_t> total{0, 0};
+    for (int slices = 0; slices < 100; ++slices) {
+      const auto slice = prog_->ReapStrayFlowsSlice(cut, 4);
+      total.first += slice.visited;
+      total.second += slice.reaped;
+      if (slice.pass_done) break;
+    }
+    return total;
+  };
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{1}, size_t{0})) << "the first pass walks";
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{0}, size_t{0})) << "nothing was written";
+
+  // A young stray: the pass that sees it (before its cut) leaves it, so the next walks too.
+  const uint64_t before_syn = MonotonicNs();
+  Expect(Syn(41201), XDP_REDIRECT, SteerReason::kRedirectNewFlow);
+  EXPECT_EQ(pass(before_syn), std::make_pair(size_t{2}, size_t{0}));
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{2}, size_t{1}));
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{0}, size_t{0})) << "all clean again";
+  EXPECT_EQ(prog_->ClientFlowCount(), 1u);
+
+  // The accepted entry stamped anew by its client's next SYN is unaccepted again.
+  Expect(Syn(41200), XDP_REDIRECT, SteerReason::kRedirectFlow);
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{1}, size_t{1}));
+  EXPECT_EQ(prog_->ClientFlowCount(), 0u);
+  EXPECT_EQ(pass(MonotonicNs()), std::make_pair(size_t{0}, size_t{0}));
 }
 
 // The ledger's removal at a connection's close: an entry stamped after the connection's accept
