@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -93,7 +94,9 @@ TEST_F(LwipPoolTest, PcbPoolHoldsMoreThan65535) {
 
   const mem_size_t before = PcbsInUse();
   const uint32_t errors_before = lwip_stats.memp[MEMP_TCP_PCB]->err;
-  constexpr size_t kMany = 65536 + 4096;
+  // Past 65,535, within the sanitizer tree's pool (66,560 pcbs: lwipopts.h).
+  constexpr size_t kMany = std::min<size_t>(65536 + 4096, MEMP_NUM_TCP_PCB - 256);
+  static_assert(kMany > 65536);
   PcbBatch batch;
   batch.pcbs.reserve(kMany);
   for (size_t i = 0; i < kMany; ++i) {
@@ -144,12 +147,12 @@ class LwipInitEnvironment : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const g_lwip_init_environment =
     ::testing::AddGlobalTestEnvironment(new LwipInitEnvironment);
 
-// The pool is ~80 MB of .bss with our lwipopts. Right after lwip_init none of it is resident;
-// later only elements handed out at least once are; and allocating 50,000 pcbs beyond the
-// high-water mark grows the process by about their size.
+// The pool is 28 MB (sanitizer tree) to ~1 GB (release) of .bss with our lwipopts. Right after
+// lwip_init none of it is resident; later only elements handed out at least once are; and
+// allocating 50,000 pcbs beyond the high-water mark grows the process by about their size.
 TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
   const PoolSpan pool = PcbPool();
-  ASSERT_GT(pool.bytes, size_t{60} << 20) << "expected the full-size pool of lwipopts.h";
+  ASSERT_GT(pool.bytes, size_t{25} << 20) << "expected the pool of lwipopts.h";
   const size_t page = PageSize();
   // A pool's span can share its first and last pages with other variables, and the elements
   // in use straddle one more page boundary.
@@ -158,8 +161,8 @@ TEST_F(LwipPoolTest, PoolMemoryIsResidentOnlyOnceUsed) {
   ASSERT_TRUE(g_at_init.taken);
   EXPECT_LE(g_at_init.pool_resident, slack)
       << "pcb pool resident right after lwip_init: memp_init touched every element";
-  EXPECT_LT(g_at_init.process_rss, pool.bytes / 2)
-      << "the process held " << g_at_init.process_rss << " bytes right after lwip_init";
+  // (Not the process's whole RSS against the pool's size: the sanitizer tree's pool, 28 MB, is
+  // smaller than what ASan's runtime holds at start, 37 MB. The pool's own pages are what count.)
 
   // Elements ever handed out: the pool's high-water mark (every carve raises it).
   const size_t used_ever = lwip_stats.memp[MEMP_TCP_PCB]->max;
