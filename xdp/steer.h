@@ -183,7 +183,8 @@ class SteerProgram final : public FlowTable {
   // The same by walking the whole map in batches: what FlowCount falls back to; for tests that
   // check the two agree.
   size_t WalkFlowCount() const;
-  // How FlowCount counts, for the start-up line ("the kernel's count", or the walk and why).
+  // How FlowCount counts, for the start-up line: "the kernel (...)", or "walking the flow map
+  // (why the kernel gives no count)".
   std::string flow_count_source() const;
   // Client flows (inserted on SYNs) counted against the flow capacity.
   uint64_t ClientFlowCount() const;

@@ -427,8 +427,8 @@ size_t SteerProgram::WalkFlowCount() const {
 }
 
 std::string SteerProgram::flow_count_source() const {
-  if (flow_count_) return "the kernel's count (bpf_map_sum_elem_count)";
-  return "a walk of the flow map (" + flow_count_refused_ + ")";
+  if (flow_count_) return "the kernel (bpf_map_sum_elem_count)";
+  return "walking the flow map (" + flow_count_refused_ + ")";
 }
 
 Result<void> SteerProgram::BindQueue(uint32_t queue, int xsk_fd) {

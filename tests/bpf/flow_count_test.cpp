@@ -50,7 +50,7 @@ class FlowCountTest : public ::testing::Test {
     prog_ = std::move(*prog);
     ASSERT_TRUE(prog_->AddListener(Ip(kListen), kListenPort, 7));
     if (KernelCountsElements()) {
-      ASSERT_EQ(prog_->flow_count_source(), "the kernel's count (bpf_map_sum_elem_count)");
+      ASSERT_EQ(prog_->flow_count_source(), "the kernel (bpf_map_sum_elem_count)");
     }
   }
 
