@@ -8,6 +8,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -170,6 +171,15 @@ TEST_F(FlowCountTest, MapElementCountCountsEveryKindOfHashMap) {
     for (uint32_t k = 0; k < 30; ++k) ASSERT_EQ(bpf_map_delete_elem(map.get(), &k), 0);
     EXPECT_EQ((*count)->Read(), 70u);
   }
+}
+
+// A map the iterator never meets (no such id) is an error at load, not a count of 0 later: the
+// caller then falls back to the walk.
+TEST_F(FlowCountTest, NoSuchMapIsAnErrorAtLoad) {
+  auto count = MapElementCount::Load(UINT32_MAX);
+  ASSERT_FALSE(count);
+  EXPECT_NE(count.error().message().find("no map with id"), std::string::npos)
+      << count.error().message();
 }
 
 }  // namespace
