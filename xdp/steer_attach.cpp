@@ -264,6 +264,8 @@ Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& opt
   if (bpf_obj_get_info_by_fd(self->prog_fd(), &info, &len) == 0) self->prog_id_ = info.id;
   // The flow map's size as the kernel counts it. A kernel that cannot (before 6.6, or tracing
   // programs refused) leaves FlowCount walking the map, which costs seconds at a million flows.
+  // libbpf's account of a refusal (a verifier log) stays out of the log: the errno is the
+  // reason the start-up line gives.
   std::string count_messages;
   auto count = WithLibbpfMessages(&count_messages, [&] {
     return MapElementCount::LoadForFd(bpf_map__fd(self->skel_->s->maps.steer_flows));
