@@ -293,6 +293,9 @@ std::string Describe(const FastPath::Impl& m) {
   if (pinned && m.cpus_chosen) d += " (the least busy; --cpus to choose)";
   d += "; up to " + std::to_string(uint64_t{m.max_connections_per_worker} * m.workers) +
        " connections, " + std::to_string(config.steer.flow_capacity) + " client flows";
+  // The flows gauge (show counters, /metrics, the stats line): every interface's program loads
+  // its counter alike, so the first one's says how all are counted.
+  if (!m.ifaces.empty()) d += "; flows counted by " + m.ifaces.front()->steer->flow_count_source();
   return d;
 }
 

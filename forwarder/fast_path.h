@@ -201,9 +201,11 @@ class FastPath {
   // Each worker's memory lock (FastPathConfig::lock_memory), one per worker: 0 locked, or not
   // asked to lock; else the errno that refused it (the worker runs unlocked).
   std::vector<int> worker_lock_errors() const;
-  // Whether a snapshot counts the steering maps' entries (`flows`): one walk of every flow map,
-  // whose cost grows with the connections (xdp/steer.h's FlowCount). A reader that does not show
-  // them (the control loop's periodic diagnosis, the drain's polls) leaves `flows` at 0.
+  // Whether a snapshot counts the steering maps' entries (`flows`, xdp/steer.h's FlowCount): the
+  // kernel's count, a few syscalls per interface, where the kernel gives one (6.6+); else a walk
+  // of every flow map, whose cost grows with the connections (seconds at a million). A reader
+  // that does not show them (the control loop's periodic diagnosis, the drain's polls) leaves
+  // `flows` at 0 and pays neither.
   enum class Flows { kCounted, kNotCounted };
   // Asks every worker for fresh numbers and waits for them (bounded; a worker that does not
   // answer contributes its last ones), and sums them; with `per_worker`, each worker's too, in

@@ -262,8 +262,9 @@ void FastPath::Impl::Monitor() {
   }
 }
 
-// On the caller's thread: map scans do not belong on a worker. `flows` is a walk of every flow
-// map; client_flows and stray_flows_reaped are counters.
+// On the caller's thread: map reads do not belong on a worker. `flows` is each flow map's
+// FlowCount (the kernel's count, or a walk where the kernel gives none); client_flows and
+// stray_flows_reaped are counters.
 void FastPath::Impl::CountFlows(FastPathSnapshot& s, FastPath::Flows flows) const {
   s.flows = s.client_flows = 0;
   for (const auto& i : ifaces) {

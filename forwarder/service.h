@@ -48,8 +48,8 @@ class Service {
   void ReopenLog();               // logrotate's SIGHUP
   // Everything the paths publish now, for the control socket and the metrics: one round of
   // requests to the fast path's workers (bounded; forwarder/fast_path.h's Snapshot). `flows`:
-  // whether the fast path's flow maps are walked to count their entries (its `flows` gauge);
-  // a reader that does not show them passes kNotCounted.
+  // whether the fast path's flow maps' entries are counted (its `flows` gauge: the kernel's count,
+  // or a walk where the kernel gives none); a reader that does not show them passes kNotCounted.
   ServiceReport Report(FastPath::Flows flows = FastPath::Flows::kCounted) const;
   // The fast path's flight recorders (a dead worker's too) as a Perfetto trace written to
   // `path` (absolute); the answer says what it holds. An error when no recorder runs.

@@ -22,7 +22,8 @@
 
 namespace xdpfwd {
 
-class FlowWalk;  // steer_private.h: a resumable walk over the flow map in batches
+class FlowWalk;         // steer_private.h: a resumable walk over the flow map in batches
+class MapElementCount;  // map_count.h: the kernel's element count of one map
 
 enum class SteerReason : uint32_t {
   kRedirectNewFlow = STEER_REDIRECT_NEW_FLOW,
@@ -175,7 +176,16 @@ class SteerProgram final : public FlowTable {
   // Removes every flow `owner` serves (a worker that died: its connections are gone with its
   // lwIP); their packets then reach the kernel, which resets them. For a control thread.
   size_t RemoveFlowsOwnedBy(uint32_t owner);
+  // Entries in the flow map: the kernel's count (MapElementCount: the same cost whatever the map
+  // holds) where the kernel gives it, else one whole walk of the map (WalkFlowCount), chosen at
+  // Load; flow_count_source() says which.
   size_t FlowCount() const;
+  // The same by walking the whole map in batches: what FlowCount falls back to; for tests that
+  // check the two agree.
+  size_t WalkFlowCount() const;
+  // How FlowCount counts, for the start-up line: "the kernel (...)", or "walking the flow map
+  // (why the kernel gives no count)".
+  std::string flow_count_source() const;
   // Client flows (inserted on SYNs) counted against the flow capacity.
   uint64_t ClientFlowCount() const;
   Result<void> BindQueue(uint32_t queue, int xsk_fd);
@@ -212,6 +222,9 @@ class SteerProgram final : public FlowTable {
   // whole pass left no unaccepted client entry (`reap_clean_`) and unaccepted_writes stood at
   // `clean_writes_` when that pass started (it moves with every entry written since).
   std::unique_ptr<FlowWalk> reap_walk_;
+  // FlowCount's kernel count; null where the kernel refused it (`flow_count_refused_` says why).
+  std::unique_ptr<MapElementCount> flow_count_;
+  std::string flow_count_refused_;
   bool reap_clean_ = false;
   uint64_t clean_writes_ = 0;
   uint64_t pass_writes_ = 0;      // unaccepted_writes when the pass under way started

@@ -23,6 +23,7 @@
 
 #include "os/log.h"
 #include "os/unique_fd.h"
+#include "xdp/map_count.h"
 #include "xdp/steer_private.h"
 
 namespace xdpfwd {
@@ -261,6 +262,19 @@ Result<std::unique_ptr<SteerProgram>> SteerProgram::Load(const SteerOptions& opt
   bpf_prog_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(self->prog_fd(), &info, &len) == 0) self->prog_id_ = info.id;
+  // The flow map's size as the kernel counts it. A kernel that cannot (before 6.6, or tracing
+  // programs refused) leaves FlowCount walking the map, which costs seconds at a million flows.
+  // libbpf's account of a refusal (a verifier log) stays out of the log: the errno is the
+  // reason the start-up line gives.
+  std::string count_messages;
+  auto count = WithLibbpfMessages(&count_messages, [&] {
+    return MapElementCount::LoadForFd(bpf_map__fd(self->skel_->s->maps.steer_flows));
+  });
+  if (count) {
+    self->flow_count_ = std::move(*count);
+  } else {
+    self->flow_count_refused_ = count.error().message();
+  }
   return self;
 }
 
@@ -358,7 +372,12 @@ Result<AttachedSteer> InspectSteer(const std::string& ifname) {
     out.owner = *owner;
     out.owner_alive = OwnerAlive(*owner);
   }
-  if (auto flows = MapOfProgram(prog.fd.get(), "steer_flows")) out.flows = CountKeys(flows->get());
+  if (auto flows = MapOfProgram(prog.fd.get(), "steer_flows")) {
+    // The kernel's count where it gives one: a walk costs seconds at a million flows.
+    auto count = MapElementCount::LoadForFd(flows->get());
+    const std::optional<uint64_t> n = count ? (*count)->Read() : std::nullopt;
+    out.flows = n ? *n : CountKeys(flows->get());
+  }
   if (auto counters = MapOfProgram(prog.fd.get(), "steer_counters")) {
     out.counters = SumCounters(counters->get());
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "os/clock.h"
+#include "xdp/map_count.h"
 #include "xdp/steer_private.h"
 
 namespace xdpfwd {
@@ -415,7 +416,19 @@ std::optional<uint64_t> SteerProgram::FlowCreatedNs(const FlowTuple& tuple) cons
 }
 
 size_t SteerProgram::FlowCount() const {
+  if (flow_count_) {
+    if (const std::optional<uint64_t> n = flow_count_->Read()) return *n;
+  }
+  return WalkFlowCount();
+}
+
+size_t SteerProgram::WalkFlowCount() const {
   return CountKeys(bpf_map__fd(skel_->s->maps.steer_flows));
+}
+
+std::string SteerProgram::flow_count_source() const {
+  if (flow_count_) return "the kernel (bpf_map_sum_elem_count)";
+  return "walking the flow map (" + flow_count_refused_ + ")";
 }
 
 Result<void> SteerProgram::BindQueue(uint32_t queue, int xsk_fd) {
