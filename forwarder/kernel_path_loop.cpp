@@ -496,6 +496,8 @@ void Loop::Relay(Connection& c) {
         return std::nullopt;
     }
   };
+  // A direction that ends after the other closes at once (Finish below): no shutdown first.
+  if (c.to_client.finished() && !c.to_backend.keeping()) c.to_backend.OtherFinished();
   const bool backend_open = !c.to_backend.finished();
   const PumpResult up = c.to_backend.Pump(c.client, c.backend, pump_, kTurnBudget);
   Add(counters_.relay.bytes_to_backend, up.bytes);
@@ -524,6 +526,7 @@ void Loop::Relay(Connection& c) {
   // While the client's bytes are kept, the backend is heard before anything is relayed from it.
   const bool answering = !c.to_backend.keeping() || BackendAnswering(c);
   if (c.ended || c.connecting) return;  // finished, or retried
+  if (c.to_backend.finished() && !c.to_backend.keeping()) c.to_client.OtherFinished();
   const PumpResult down =
       answering ? c.to_client.Pump(c.backend, c.client, pump_, kTurnBudget) : PumpResult{};
   Add(counters_.relay.bytes_to_client, down.bytes);

@@ -141,8 +141,11 @@ void Direction::Rewind() {
 }
 
 PumpResult Direction::Finish(Leg& sink, uint64_t bytes) {
-  // Half-close: the other direction keeps flowing until its own source ends.
-  if (shutdown(sink.fd.get(), SHUT_WR) != 0) return {PumpStatus::kSinkFailed, errno, bytes};
+  // Half-close: the other direction keeps flowing until its own source ends. If it has ended,
+  // the loop closes the sink now, and the close sends the FIN.
+  if (!other_finished_ && shutdown(sink.fd.get(), SHUT_WR) != 0) {
+    return {PumpStatus::kSinkFailed, errno, bytes};
+  }
   finished_ = true;
   return {PumpStatus::kFinished, 0, bytes};
 }

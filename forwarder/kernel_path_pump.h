@@ -111,7 +111,8 @@ struct PumpContext {
 enum class PumpStatus : uint8_t {
   kWaiting,       // nothing to do until epoll reports the source readable or the sink writable
   kBudgetSpent,   // more to do; take another turn after the other connections had theirs
-  kFinished,      // source ended, every byte relayed, sink shut down for writing
+  kFinished,      // source ended, every byte relayed, sink shut down for writing (or, after
+                  // OtherFinished, left for the loop's close to send its FIN)
   kSourceFailed,  // a syscall on the source socket failed (err): that leg is broken
   kSinkFailed,    // a syscall on the sink socket failed (err): that leg is broken
   kFailed,        // a local resource failed (err): no pipe, no memory
@@ -131,6 +132,10 @@ class Direction {
   // `budget` bytes have been written. Never blocks.
   PumpResult Pump(Leg& src, Leg& sink, PumpContext& ctx, uint64_t budget);
   bool finished() const { return finished_; }
+  // The other direction has finished and keeps nothing: when this one finishes, the connection
+  // is complete and the loop closes both sockets at once, and the close sends the sink's FIN,
+  // so the shutdown(SHUT_WR) is skipped (one syscall a connection; its last direction only).
+  void OtherFinished() { other_finished_ = true; }
   bool source_ended() const { return eof_; }  // the source's EOF has been read
   bool splicing() const { return splice_; }
   // [retry-on=empty-response]: from now on every byte read from the source is also kept, so that
@@ -163,7 +168,8 @@ class Direction {
   bool splice_after_keeping_ = false;  // splice_ as it was before Keep
   bool buffer_is_kept_ = false;        // buffer_ is of ctx.kept_buffers
   bool eof_ = false;                   // the source returned end of stream
-  bool finished_ = false;              // ... and the sink has been shut down for writing
+  bool finished_ = false;              // ... and the sink has been shut down (or is closed next)
+  bool other_finished_ = false;        // OtherFinished
   Pipe pipe_;
   size_t in_pipe_ = 0;
   std::unique_ptr<uint8_t[]> buffer_;
